@@ -1,0 +1,148 @@
+"""One training run, top to bottom: data -> model -> TRL config -> trainer -> train -> save.
+
+Everything that can fail on the user's input (recipe, data files, columns, model path) is checked
+before output_dir is created, so a bad run leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from posttrain.models.loading import DeviceInfo, LoadedModel, load_model, lora_config
+from posttrain.recipe.load import LoadedRecipe, format_differences, resolved_dict, to_yaml
+
+from . import sft
+from .callbacks import MetricsFile
+from .trl_config import apply_tracking_env, build_trl_config, runtime_defaults
+
+TRAINERS = {"cpt": sft.build_trainer, "sft": sft.build_trainer}
+
+
+@dataclass
+class Run:
+    loaded_recipe: LoadedRecipe
+    loaded: LoadedModel
+    train_dataset: object
+    trl_config: object
+    peft_config: object
+    output_dir: Path
+    callbacks: list = field(default_factory=list)
+
+
+def is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def log(msg: str = "") -> None:
+    if is_main_process():
+        print(msg, flush=True)
+
+
+def provenance() -> dict:
+    import peft
+    import torch
+    import transformers
+    import trl
+
+    import posttrain
+
+    info = {
+        "posttrain": posttrain.__version__, "trl": trl.__version__, "transformers": transformers.__version__,
+        "peft": peft.__version__, "torch": torch.__version__, "python": platform.python_version(),
+        "command": " ".join(["posttrain", *sys.argv[1:]]), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+    }
+    try:
+        here = Path(__file__).resolve().parent
+        info["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def run_training(loaded_recipe: LoadedRecipe) -> Path:
+    from posttrain.data.formats import prepare_training_data
+
+    recipe = loaded_recipe.recipe
+    training = recipe.training
+    seed = training.seed if training.seed is not None else 42
+    log(f"posttrain: {training.algorithm} run, recipe {loaded_recipe.source}")
+    log(format_differences(loaded_recipe))
+
+    train_dataset, data_format, reports = prepare_training_data(recipe.data, training.algorithm, seed)
+    for report in reports:
+        log(report.render())
+
+    device = DeviceInfo.detect()
+    loaded = load_model(recipe.model, device)
+    for note in loaded.notes:
+        log(note)
+    for key, (value, why) in runtime_defaults(recipe, device, data_format).items():
+        if key not in ("report_to",) or value != "none":
+            log(f"training.{key} = {value}  (posttrain at start-up: {why})")
+
+    apply_tracking_env(recipe)
+    trl_config = build_trl_config(recipe, device, data_format)
+    output_dir = Path(trl_config.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if is_main_process():
+        header = "".join(f"# {k}: {v}\n" for k, v in provenance().items())
+        (output_dir / "resolved_recipe.yaml").write_text(header + to_yaml(resolved_dict(recipe)))
+        (output_dir / "trl_config.json").write_text(trl_config.to_json_string())
+        metrics = output_dir / "metrics.jsonl"
+        metrics.unlink(missing_ok=True)
+
+    run = Run(loaded_recipe, loaded, train_dataset, trl_config, lora_config(recipe.model), output_dir,
+              callbacks=[MetricsFile(output_dir / "metrics.jsonl")])
+    trainer = TRAINERS[training.algorithm](run)
+    resume = _resume_arg(training.resume_from_checkpoint, output_dir)
+    started = time.time()
+    result = trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(str(output_dir))
+    if is_main_process():
+        _write_summary(run, result, reports, time.time() - started)
+        _report_checkpoint(output_dir, recipe)
+        log(f"done: final model in {output_dir}")
+    return output_dir
+
+
+def _resume_arg(value, output_dir: Path):
+    """training.resume_from_checkpoint: None/false -> fresh; 'auto' -> newest checkpoint if any; else a path."""
+    if value in (None, "", "false", False):
+        return None
+    if value == "auto":
+        from transformers.trainer_utils import get_last_checkpoint
+
+        return get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+    return value
+
+
+def _write_summary(run: Run, result, reports, seconds: float) -> None:
+    summary = {
+        "algorithm": run.loaded_recipe.recipe.training.algorithm,
+        "global_step": result.global_step,
+        "train_loss": result.training_loss,
+        "wall_seconds": round(seconds, 2),
+        "data": [r.render() for r in reports],
+        "model_notes": run.loaded.notes,
+    }
+    (run.output_dir / "run_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def _report_checkpoint(output_dir: Path, recipe) -> None:
+    """The adapter-size guard: print what the final checkpoint holds, warn if an adapter carries matrices."""
+    from posttrain.models.checkpoint_report import inspect_checkpoint
+
+    report = inspect_checkpoint(output_dir)
+    kind = "adapter" if report.is_adapter else "model"
+    log(f"final {kind}: {sum(report.params.values()):,} parameters, {report.total_bytes:,} bytes")
+    if report.warnings and not recipe.model.lora_modules_to_save:
+        for w in report.warnings:
+            log(f"warning: {w}")

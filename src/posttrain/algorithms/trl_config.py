@@ -1,0 +1,55 @@
+"""Build the TRL config object from a recipe: the recipe's keys by construction, plus the defaults
+that depend on the machine or the data (see `posttrain.recipe.defaults`)."""
+
+from __future__ import annotations
+
+import os
+
+from posttrain.recipe.schema import CONFIG_NAMES, Recipe
+
+
+def runtime_defaults(recipe: Recipe, device, data_format: str | None) -> dict[str, tuple[object, str]]:
+    """TRL keys posttrain decides at start-up, with the reason; keys the recipe set are left alone."""
+    set_keys = recipe.training.model_fields_set
+    out: dict[str, tuple[object, str]] = {}
+    if "bf16" not in set_keys and "fp16" not in set_keys:
+        use_bf16 = device.kind == "cuda" and device.bf16
+        out["bf16"] = (use_bf16, f"{device.kind}: " + ("bf16 supported" if use_bf16 else "float32 (no native bf16)"))
+    if recipe.training.algorithm == "sft" and data_format == "messages" and "assistant_only_loss" not in set_keys:
+        out["assistant_only_loss"] = (True, "messages data: loss on assistant turns only")
+    if device.kind == "cpu" and "dataloader_pin_memory" not in set_keys:
+        out["dataloader_pin_memory"] = (False, "cpu: nothing to pin to")
+    tracking = recipe.tracking
+    out["report_to"] = (tracking.provider, "tracking.provider")
+    if tracking.run_name:
+        out["run_name"] = (tracking.run_name, "tracking.run_name")
+    if tracking.project:
+        out["project"] = (tracking.project, "tracking.project")
+    return out
+
+
+def apply_tracking_env(recipe: Recipe) -> None:
+    """Provider settings that transformers' integrations read from the environment."""
+    t = recipe.tracking
+    if t.provider == "wandb":
+        if t.project:
+            os.environ["WANDB_PROJECT"] = t.project
+        if t.tags:
+            os.environ["WANDB_TAGS"] = ",".join(t.tags)
+        if t.mode == "offline":
+            os.environ["WANDB_MODE"] = "offline"
+        if t.api_key is not None:
+            os.environ["WANDB_API_KEY"] = t.api_key.get_secret_value()
+
+
+def config_kwargs(recipe: Recipe, device, data_format: str | None) -> dict:
+    kwargs = recipe.training.trl_kwargs()
+    kwargs.update({k: v for k, (v, _why) in runtime_defaults(recipe, device, data_format).items()})
+    return kwargs
+
+
+def build_trl_config(recipe: Recipe, device, data_format: str | None):
+    import trl
+
+    cls = getattr(trl, CONFIG_NAMES[type(recipe.training)._family])
+    return cls(**config_kwargs(recipe, device, data_format))

@@ -1,0 +1,137 @@
+"""The `posttrain` command line: one entry point, one subcommand per job.
+
+Fast paths (`--help`, `validate`, `inspect`) import only the standard library, pydantic and yaml;
+torch, transformers and TRL load inside the commands that train or generate. Bad input exits
+with code 2 and a message naming the key or file; it never prints a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from posttrain.errors import UserError
+
+EXIT_BAD_INPUT = 2
+
+EPILOG_TRAIN = """\
+examples:
+  posttrain train --recipe recipes/sft/tiny-cpu.yaml
+  posttrain train --recipe recipes/sft/tiny-cpu.yaml training.max_steps=5 model.use_lora=true
+  posttrain train recipes/cpt/tiny-cpu.yaml 'data.datasets[0].name=my.jsonl'
+
+overrides are key.path=value after the recipe; list items are addressed as data.datasets[0].name
+or data.datasets.0.name; values are YAML (true, null, 1e-5, [a, b]). Precedence:
+TRL default < posttrain default < recipe file < override.
+"""
+
+
+def _recipe_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--recipe", "-r", help="recipe YAML file (or give it as the first positional argument)")
+    parser.add_argument("items", nargs="*", metavar="[RECIPE] KEY=VALUE", help="recipe file, then key.path=value overrides")
+
+
+def _split_recipe_args(args) -> tuple[str, list[str]]:
+    items = list(args.items)
+    recipe = args.recipe
+    if recipe is None and items and "=" not in items[0]:
+        recipe = items.pop(0)
+    if recipe is None:
+        raise UserError("no recipe given: posttrain train --recipe RECIPE.yaml [key=value ...]")
+    stray = [i for i in items if "=" not in i]
+    if stray:
+        raise UserError(f"expected key=value overrides after the recipe, got {stray[0]!r}")
+    return recipe, items
+
+
+def cmd_validate(args) -> int:
+    from posttrain.recipe.load import format_differences, load_recipe, resolved_dict, to_yaml
+    from posttrain.recipe.preflight import preflight
+
+    recipe_path, overrides = _split_recipe_args(args)
+    loaded = load_recipe(recipe_path, overrides)
+    preflight(loaded.recipe)
+    print(f"# {recipe_path}: valid ({loaded.recipe.training.algorithm})")
+    print(to_yaml(resolved_dict(loaded.recipe)), end="")
+    print("\n# differs from the library defaults:")
+    print(format_differences(loaded))
+    return 0
+
+
+def cmd_train(args) -> int:
+    from posttrain.recipe.load import load_recipe
+    from posttrain.recipe.preflight import preflight
+
+    recipe_path, overrides = _split_recipe_args(args)
+    loaded = load_recipe(recipe_path, overrides)
+    preflight(loaded.recipe)
+    from posttrain.algorithms.run import run_training  # heavy imports start here
+
+    run_training(loaded)
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from posttrain.models.checkpoint_report import inspect_checkpoint
+
+    report = inspect_checkpoint(Path(args.path))
+    print(report.render())
+    return 1 if (args.strict and report.warnings) else 0
+
+
+def cmd_make_tiny_model(args) -> int:
+    from posttrain.models.tiny import build_tiny_model
+
+    out = build_tiny_model(args.out, arch=args.arch, size=args.size, seed=args.seed)
+    print(f"tiny {args.arch}-{args.size} model and tokenizer written to {out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="posttrain",
+        description="Post-train language models (CPT, SFT) from validated YAML recipes.",
+        epilog="Run 'posttrain COMMAND --help' for a command's options. Docs: README.md.",
+    )
+    parser.add_argument("--version", action="version", version=f"posttrain {__import__('posttrain').__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("train", help="train a model from a recipe", description="Train a model from a recipe: validate it, load model and data, run TRL, save the result in training.output_dir.", epilog=EPILOG_TRAIN, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _recipe_args(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("validate", help="check a recipe and print it resolved (no torch import)", description="Resolve a recipe with its overrides and posttrain's defaults, check it without loading anything heavy, print the result and what differs from the library defaults. Exit code 2 lists every problem at once.", epilog=EPILOG_TRAIN.replace("posttrain train", "posttrain validate"), formatter_class=argparse.RawDescriptionHelpFormatter)
+    _recipe_args(p)
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("inspect", help="what a checkpoint holds: parameters and bytes per module group", description="Read a checkpoint's safetensors headers (no weights loaded) and print parameters and bytes per group: LoRA A/B, embeddings, lm_head, other. Warns when an adapter carries full embedding or lm_head matrices.")
+    p.add_argument("path", help="model, adapter or checkpoint directory, or a .safetensors file")
+    p.add_argument("--strict", action="store_true", help="exit 1 when there is a warning (for CI checks)")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("make-tiny-model", help="build a small random model + tokenizer locally (seconds, offline)", description="Build a small randomly initialised causal LM with a locally trained tokenizer (digits split, eos and pad tokens, chat template). Recipes can use 'tiny:ARCH-SIZE' directly; this writes one to a folder.")
+    p.add_argument("out", help="output directory")
+    p.add_argument("--arch", choices=["qwen2", "llama"], default="qwen2")
+    p.add_argument("--size", choices=["1m", "2m", "6m"], default="1m", help="approximate parameter count")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_make_tiny_model)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from posttrain.recipe.errors import RecipeError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (RecipeError, UserError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

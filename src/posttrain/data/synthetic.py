@@ -1,0 +1,73 @@
+"""Arithmetic word problems generated offline with a seed (GSM8K's shape: a short story, one or two
+operations, an integer answer). They are the data of the tiny demos and tests, so nothing needs a hub.
+
+    python -m posttrain.data.synthetic OUT_DIR [--n 200] [--seed 0]
+
+writes `sft.jsonl` (prompt/completion), `messages.jsonl` (chats), `text.jsonl` (raw text for CPT)
+and `problems.jsonl` (question/answer, GSM8K-style `#### 19` gold).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+NAMES = ["Tom", "Ana", "Ravi", "Mei", "Olu", "Sara", "Ken", "Lena", "Omar", "Ines"]
+ITEMS = ["apples", "pencils", "stickers", "marbles", "books", "coins", "cards", "shells"]
+
+
+def problem(rng: random.Random) -> dict:
+    """One problem: {'question', 'answer' (int), 'solution' (worked text ending 'The answer is N.')}."""
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    kind = rng.choice(["add", "sub", "mul", "add_mul"])
+    if kind == "add":
+        a, b = rng.randint(10, 499), rng.randint(10, 499)
+        q = f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have now?"
+        work, ans = f"{a} + {b} = {a + b}.", a + b
+    elif kind == "sub":
+        a = rng.randint(50, 999)
+        b = rng.randint(1, a)
+        q = f"{name} has {a} {item} and gives away {b}. How many {item} are left?"
+        work, ans = f"{a} - {b} = {a - b}.", a - b
+    elif kind == "mul":
+        a, b = rng.randint(2, 12), rng.randint(2, 60)
+        q = f"{name} buys {a} boxes with {b} {item} in each box. How many {item} is that?"
+        work, ans = f"{a} * {b} = {a * b}.", a * b
+    else:
+        a, b, c = rng.randint(2, 9), rng.randint(2, 20), rng.randint(1, 50)
+        q = f"{name} has {c} {item} and buys {a} packs of {b}. How many {item} does {name} have?"
+        work, ans = f"{a} * {b} = {a * b}. {a * b} + {c} = {a * b + c}.", a * b + c
+    return {"question": q, "answer": ans, "solution": f"{work} The answer is {ans}."}
+
+
+def problems(n: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    return [problem(rng) for _ in range(n)]
+
+
+def write_all(out_dir: Path, n: int = 200, seed: int = 0) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    items = problems(n, seed)
+    rows = {
+        "sft": [{"prompt": p["question"], "completion": " " + p["solution"]} for p in items],
+        "messages": [{"messages": [{"role": "user", "content": p["question"]}, {"role": "assistant", "content": p["solution"]}]} for p in items],
+        "text": [{"text": f"{p['question']} {p['solution']}"} for p in items],
+        "problems": [{"question": p["question"], "answer": f"{p['solution']}\n#### {p['answer']}"} for p in items],
+    }
+    paths = {}
+    for name, data in rows.items():
+        paths[name] = out_dir / f"{name}.jsonl"
+        paths[name].write_text("".join(json.dumps(r) + "\n" for r in data))
+    return paths
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--n", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    for name, path in write_all(args.out_dir, args.n, args.seed).items():
+        print(f"{name}: {path}")

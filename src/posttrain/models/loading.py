@@ -1,0 +1,125 @@
+"""Load the model and tokenizer a recipe names: hub id, local directory, PEFT adapter directory or
+`tiny:` spec, on the right device with a dtype that suits it, following the tokenizer rule.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from posttrain.errors import UserError
+
+from .tokenizer_rules import ensure_pad_token, fit_embeddings
+
+
+@dataclass
+class DeviceInfo:
+    kind: str  # "cuda", "mps" or "cpu"
+    bf16: bool  # the device computes bf16 natively
+
+    @classmethod
+    def detect(cls) -> "DeviceInfo":
+        import torch
+
+        if torch.cuda.is_available():
+            return cls("cuda", torch.cuda.is_bf16_supported())
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return cls("mps", False)
+        return cls("cpu", False)
+
+
+@dataclass
+class LoadedModel:
+    model: object
+    tokenizer: object
+    source: str  # resolved local path or hub id of the base model
+    adapter_dir: str | None = None  # the adapter that was loaded to continue training
+    notes: list[str] = field(default_factory=list)  # what the loader decided, for the start-up log
+
+
+def resolve_source(name: str) -> str:
+    """A model name as transformers can load it: `tiny:` specs become their cached directory."""
+    if name == "tiny" or name.startswith("tiny:"):
+        from .tiny import resolve_tiny
+
+        return str(resolve_tiny(name))
+    return str(Path(name).expanduser()) if Path(name).expanduser().exists() else name
+
+
+def adapter_base(path: str) -> str | None:
+    """The base model of a PEFT adapter directory, or None if `path` is not one."""
+    config = Path(path) / "adapter_config.json"
+    if not config.is_file():
+        return None
+    base = json.loads(config.read_text()).get("base_model_name_or_path")
+    if not base:
+        raise UserError(f"{config} names no base_model_name_or_path; cannot tell which model the adapter belongs to")
+    return base
+
+
+def torch_dtype(name: str, device: DeviceInfo):
+    import torch
+
+    if name == "auto":
+        return torch.bfloat16 if device.kind == "cuda" and device.bf16 else torch.float32
+    return getattr(torch, name)
+
+
+def load_model(model_cfg, device: DeviceInfo, *, trainable_adapter: bool = True) -> LoadedModel:
+    """Load model + tokenizer for `model_cfg` (the recipe's model section)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = resolve_source(model_cfg.base_model_name)
+    adapter_dir = None
+    base = adapter_base(source) if Path(source).is_dir() else None
+    if base is not None:
+        adapter_dir, source = source, resolve_source(base)
+    dtype = torch_dtype(model_cfg.torch_dtype, device)
+    kwargs: dict = {"dtype": dtype, "trust_remote_code": model_cfg.trust_remote_code}
+    if model_cfg.revision:
+        kwargs["revision"] = model_cfg.revision
+    if model_cfg.attn_implementation:
+        kwargs["attn_implementation"] = model_cfg.attn_implementation
+    if model_cfg.load_in_4bit or model_cfg.load_in_8bit:
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=model_cfg.load_in_4bit,
+            load_in_8bit=model_cfg.load_in_8bit,
+            bnb_4bit_quant_type=model_cfg.bnb_4bit_quant_type,
+            bnb_4bit_use_double_quant=model_cfg.bnb_4bit_use_double_quant,
+            bnb_4bit_compute_dtype=dtype,
+        )
+    tok_source = model_cfg.tokenizer_name or adapter_dir or source
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tok_source, trust_remote_code=model_cfg.trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    except OSError as e:
+        raise UserError(f"model.base_model_name: cannot load {model_cfg.base_model_name!r}: {e}") from None
+
+    notes = [f"model: {source} ({dtype}, {device.kind})", ensure_pad_token(tokenizer), fit_embeddings(model, tokenizer)]
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    if adapter_dir is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter_dir, is_trainable=trainable_adapter)
+        notes.append(f"adapter: continuing {adapter_dir}")
+    return LoadedModel(model, tokenizer, source, adapter_dir, notes)
+
+
+def lora_config(model_cfg):
+    """The PEFT LoraConfig for a recipe with use_lora, or None."""
+    if not model_cfg.use_lora:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=model_cfg.lora_r,
+        lora_alpha=model_cfg.lora_alpha,
+        lora_dropout=model_cfg.lora_dropout,
+        target_modules=model_cfg.lora_target_modules,
+        modules_to_save=model_cfg.lora_modules_to_save or None,
+        task_type="CAUSAL_LM",
+    )

@@ -1,0 +1,32 @@
+"""posttrain's defaults, per algorithm, in one place.
+
+Each entry departs from TRL's own default on purpose; the comment says why. They sit between
+TRL's defaults and the recipe (TRL default < posttrain default < recipe YAML < key=value override)
+and the start-up log shows every value that differs from TRL's, with the layer that set it.
+
+Defaults that depend on the machine or the data are resolved when the run starts, not here:
+- precision: TRL turns bf16 on everywhere; posttrain uses bf16 only on CUDA devices that support
+  it and float32 elsewhere (bf16 on a CPU without bf16 instructions is ~6x slower).
+- SFT on `messages` data trains on assistant turns only (TRL: `assistant_only_loss=True`);
+  prompt/completion data trains on the completion only (TRL's own default).
+"""
+
+from __future__ import annotations
+
+COMMON: dict[str, object] = {
+    # TRL turns checkpointing on through `gradient_checkpointing`, a name transformers 5 deprecated;
+    # posttrain states it under the new name. Non-reentrant works with LoRA (frozen inputs) and is
+    # what PyTorch recommends. Tiny CPU models run faster with activation_checkpointing=false.
+    "activation_checkpointing": True,
+    "activation_checkpointing_kwargs": {"use_reentrant": False},
+}
+
+ALGORITHM_DEFAULTS: dict[str, dict[str, object]] = {
+    # Continued pre-training: raw text cut into fixed-length blocks, loss on every token.
+    "cpt": {"packing": True, "packing_strategy": "wrapped", "completion_only_loss": False},
+    "sft": {},
+}
+
+
+def defaults_for(algorithm: str) -> dict[str, object]:
+    return {**COMMON, **ALGORITHM_DEFAULTS.get(algorithm, {})}

@@ -1,0 +1,267 @@
+"""Load a recipe: YAML file -> key=value overrides -> posttrain defaults -> validated `Recipe`.
+
+Every problem is collected into one `RecipeError` that names the key path, the layer it came
+from (the recipe file, an override, a posttrain default), what is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+import copy
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .defaults import defaults_for
+from .errors import Problem, RecipeError, did_you_mean
+from .migrations import migration_for
+from .overrides import apply_overrides, format_path
+from .schema import OWNED_ELSEWHERE, TRAINING_MODELS, Recipe
+from .trl_fields import trl_fields
+
+SECRET_KEYS = {"api_key", "hub_token", "token", "password", "secret_access_key"}
+REDACTED = "***"
+
+
+@dataclass
+class LoadedRecipe:
+    recipe: Recipe
+    source: Path | None
+    overridden: set[str] = field(default_factory=set)  # key paths set by key=value
+    defaulted: set[str] = field(default_factory=set)  # key paths set by posttrain defaults
+
+    def layer(self, path: str) -> str:
+        if path in self.overridden:
+            return "override"
+        if path in self.defaulted:
+            return "posttrain default"
+        return self.source.name if self.source else "recipe"
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(Problem("", f"recipe file {str(path)!r} does not exist" + (" (it is a directory)" if path.is_dir() else "")))
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise RecipeError(Problem("", f"{path} is not valid YAML: {e}")) from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise RecipeError(Problem("", f"{path} must hold a mapping with sections model, data, training; found a {type(raw).__name__}"))
+    return raw
+
+
+def load_recipe(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (), raw: dict | None = None) -> LoadedRecipe:
+    """Resolve a recipe file (or an already-read mapping) plus overrides into a validated Recipe."""
+    source = Path(path) if path is not None else None
+    raw = copy.deepcopy(raw) if raw is not None else read_yaml(source)
+    raw, overridden = apply_overrides(raw, list(overrides))
+
+    defaulted: set[str] = set()
+    training = raw.get("training")
+    if isinstance(training, dict) and isinstance(training.get("algorithm"), str):
+        for key, value in defaults_for(training["algorithm"]).items():
+            if key not in training:
+                training[key] = copy.deepcopy(value)
+                defaulted.add(f"training.{key}")
+        if "output_dir" not in training and source is not None:
+            training["output_dir"] = f"runs/{source.stem}"
+            defaulted.add("training.output_dir")
+
+    try:
+        recipe = Recipe.model_validate(raw)
+    except ValidationError as e:
+        loaded = LoadedRecipe(None, source, overridden, defaulted)  # type: ignore[arg-type]
+        raise RecipeError(_problems(e, raw, loaded)) from None
+    return LoadedRecipe(recipe, source, overridden, defaulted)
+
+
+# ------------------------------------------------------------------------------ error messages
+def _unwrap(annotation) -> list[type[BaseModel]]:
+    """The pydantic models an annotation can hold (through Optional, list, Annotated, Union)."""
+    origin = typing.get_origin(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if origin in (typing.Union, types.UnionType, list, typing.Annotated):
+        args = typing.get_args(annotation)[:1] if origin is typing.Annotated else typing.get_args(annotation)
+        return [m for a in args for m in _unwrap(a)]
+    return []
+
+
+def _model_at(parts: list, raw: dict) -> type[BaseModel] | None:
+    """The schema model that validates the mapping at `parts` (None if not a mapping of ours)."""
+    model: type[BaseModel] | None = Recipe
+    node: Any = raw
+    for part in parts:
+        if model is None:
+            return None
+        if isinstance(part, int):
+            node = node[part] if isinstance(node, list) and part < len(node) else None
+            continue
+        if model.model_fields.get(part) is None:
+            return None
+        node = node.get(part) if isinstance(node, dict) else None
+        if part == "training" and model is Recipe:
+            algorithm = node.get("algorithm") if isinstance(node, dict) else None
+            model = TRAINING_MODELS.get(algorithm) if isinstance(algorithm, str) else None
+        else:
+            found = _unwrap(model.model_fields[part].annotation)
+            model = found[0] if found else None
+    return model
+
+
+def _key_path(loc: tuple, raw: dict) -> list:
+    """Keep the part of a pydantic error location that addresses the user's data (drop union tags)."""
+    parts: list = []
+    node: Any = raw
+    for i, part in enumerate(loc):
+        if i == 1 and loc[0] == "training" and part in TRAINING_MODELS:
+            continue
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        elif isinstance(node, dict) and isinstance(part, str) and _model_at(parts, raw) is not None and part in _model_at(parts, raw).model_fields:
+            node = None  # a missing required key: still the user's path
+        else:
+            break
+        parts.append(part)
+    return parts
+
+
+def _value_at(parts: list, raw: dict):
+    node: Any = raw
+    for p in parts:
+        node = node[p]
+    return node
+
+
+def _problems(exc: ValidationError, raw: dict, loaded: LoadedRecipe) -> list[Problem]:
+    grouped: dict[str, list[dict]] = {}
+    for err in exc.errors():
+        parts = _key_path(err["loc"], raw)
+        if err["type"].startswith("union_tag"):
+            parts = ["training", "algorithm"]
+        grouped.setdefault(format_path(parts), []).append({**err, "parts": parts})
+    problems = []
+    for path, errs in grouped.items():
+        parts = errs[0]["parts"]
+        source = loaded.layer(path) if path else None
+        problems.append(Problem(path, _message(errs, parts, raw), source))
+    return problems
+
+
+def _message(errs: list[dict], parts: list, raw: dict) -> str:
+    err = errs[0]
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        name = parts[-1]
+        hint = migration_for(parts)
+        if hint:
+            return f"{name!r} is no longer a key: {hint}"
+        if parts[0] == "training" and len(parts) == 2 and name in OWNED_ELSEWHERE:
+            return f"posttrain sets {name!r} itself: {OWNED_ELSEWHERE[name]}"
+        model = _model_at(parts[:-1], raw)
+        known = list(model.model_fields) if model else []
+        where = format_path(parts[:-1]) or "the recipe"
+        msg = f"unknown key {name!r} in {where}.{did_you_mean(str(name), known)}"
+        if parts[0] == "training" and model is not None:
+            msg += f" Keys there are posttrain's plus every field of TRL's {model.__doc__.split('TRL ')[-1].rstrip(')')}."
+        return msg
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        names = ", ".join(TRAINING_MODELS)
+        if kind == "union_tag_not_found":
+            return f"training.algorithm is required: one of {names}."
+        tag = err["ctx"]["tag"]
+        return f"algorithm {tag!r} is not one posttrain runs; choose one of {names}.{did_you_mean(tag, TRAINING_MODELS)}"
+    if kind == "missing":
+        return "is required but missing." + _describe(parts, raw)
+    value = err.get("input")
+    if kind == "literal_error":
+        expected = err["ctx"]["expected"]
+        return f"{value!r} is not allowed; choose one of {expected}.{did_you_mean(str(value), [s.strip(chr(39)) for s in expected.replace(' or ', ', ').split(', ')])}"
+    if kind == "value_error":
+        return err["msg"].removeprefix("Value error, ")
+    expected = sorted({e["msg"].removeprefix("Input should be ").removeprefix("a valid ") for e in errs})
+    shown = "null" if value is None else f"{value!r} ({type(value).__name__})"
+    return f"{shown} is not valid: expected {' or '.join(expected)}."
+
+
+def _describe(parts: list, raw: dict) -> str:
+    model = _model_at(parts[:-1], raw)
+    info = model.model_fields.get(parts[-1]) if model else None
+    return f" {info.description}" if info is not None and info.description else ""
+
+
+# ------------------------------------------------------------------------------ resolved view
+def resolved_dict(recipe: Recipe, redact: bool = True) -> dict:
+    """The recipe as it will run: every section's values, training's set keys; secrets redacted."""
+    out = recipe.model_dump(mode="json", exclude={"training"})
+    training = recipe.training
+    out["training"] = {"algorithm": training.algorithm, **{k: _json(getattr(training, k)) for k in sorted(training.model_fields_set) if k != "algorithm"}}
+    return _redact(out) if redact else out
+
+
+def _json(value):
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
+
+def _redact(node):
+    if isinstance(node, dict):
+        return {k: (REDACTED if k in SECRET_KEYS and v else _redact(v)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_redact(v) for v in node]
+    return node
+
+
+def library_default(path_parts: list[str], recipe: Recipe):
+    """What a key would be with nothing set: the schema default, or TRL's for a training field."""
+    section = path_parts[0]
+    if section == "training":
+        spec = trl_fields(type(recipe.training)._family).get(path_parts[1])
+        return spec["default"] if spec else None
+    model = type(getattr(recipe, section))
+    info = model.model_fields.get(path_parts[1]) if len(path_parts) > 1 else None
+    if info is None:
+        return None
+    return None if info.is_required() else info.get_default(call_default_factory=True)
+
+
+def differences(loaded: LoadedRecipe) -> list[tuple[str, Any, Any, str]]:
+    """(path, value, library default, layer) for every resolved value that differs from the library's."""
+    rows = []
+    resolved = resolved_dict(loaded.recipe)
+    for section, values in resolved.items():
+        for key, value in values.items():
+            path = f"{section}.{key}"
+            if section == "data" or (section == "training" and key == "algorithm"):
+                rows.append((path, value, None, loaded.layer(path)))
+                continue
+            default = library_default([section, key], loaded.recipe)
+            if _json(default) != value:
+                rows.append((path, value, default, loaded.layer(path)))
+    return rows
+
+
+def to_yaml(data: dict) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+
+
+def format_differences(loaded) -> str:
+    rows = [(p, _short(v), "-" if d is None else _short(d), layer) for p, v, d, layer in differences(loaded)]
+    head = ("key", "value", "library default", "set by")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *rows])
+
+
+def _short(value, limit: int = 60) -> str:
+    import json
+
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,178 @@
+"""The recipe schema: typed, strict (unknown keys are errors), one documented field at a time.
+
+A recipe has the sections `model`, `data`, `training` and `tracking`. The `training` section is
+chosen by `training.algorithm` (a tagged union), and holds posttrain's own keys plus *every* field
+of that algorithm's TRL config, generated from the TRL snapshot (`trl_fields.py`): a TRL field is
+typed, validated and forwarded to TRL by construction, so no key can be silently dropped. TRL
+fields that posttrain drives from another section are rejected with a pointer to that section.
+
+This module imports only pydantic and the standard library (no torch): `posttrain validate`
+answers in about a second.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictBool, StrictInt, create_model, model_validator
+
+from .trl_fields import trl_fields
+
+
+class Section(BaseModel):
+    """Base of every recipe section: unknown keys are errors, values are validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True, validate_assignment=True)
+
+
+# --------------------------------------------------------------------------------------- model
+class ModelSection(Section):
+    base_model_name: str = Field(
+        description="What to train: a hub id ('Qwen/Qwen2.5-0.5B-Instruct'), a local model directory, a PEFT "
+        "adapter directory (its base is loaded and the adapter keeps training), or 'tiny:[arch][-size]' for a "
+        "small random model built locally in seconds (e.g. 'tiny:', 'tiny:llama-2m'; offline tests and demos)."
+    )
+    revision: str | None = Field(None, description="Hub revision (branch, tag or commit) of the model.")
+    tokenizer_name: str | None = Field(None, description="Load the tokenizer from here instead of base_model_name.")
+    trust_remote_code: bool = Field(False, description="Allow model code from the hub to run. Off by default: it executes downloaded code.")
+    torch_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights' dtype. 'auto': bfloat16 on CUDA devices that support it, float32 on CPU and MPS."
+    )
+    attn_implementation: str | None = Field(None, description="'eager', 'sdpa', 'flash_attention_2', ... (transformers' default when unset).")
+    use_lora: bool = Field(False, description="Train a LoRA adapter instead of all weights; checkpoints then hold only the adapter.")
+    lora_r: StrictInt = Field(16, ge=1, description="LoRA rank.")
+    lora_alpha: StrictInt = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r).")
+    lora_dropout: float = Field(0.05, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
+    lora_target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear", description="Modules that get adapters: 'all-linear' or a list of names such as [q_proj, v_proj]."
+    )
+    lora_modules_to_save: list[str] = Field(
+        default_factory=list,
+        description="Modules trained and saved in full beside the adapter (e.g. [embed_tokens, lm_head]). Empty by "
+        "default so an adapter holds only LoRA weights; each entry can add hundreds of MB per checkpoint.",
+    )
+    load_in_4bit: bool = Field(False, description="QLoRA: load the frozen base in 4 bits (bitsandbytes, CUDA only). Needs use_lora.")
+    load_in_8bit: bool = Field(False, description="Load the frozen base in 8 bits (bitsandbytes, CUDA only). Needs use_lora.")
+    bnb_4bit_quant_type: Literal["nf4", "fp4"] = Field("nf4", description="4-bit data type; nf4 is QLoRA's.")
+    bnb_4bit_use_double_quant: bool = Field(True, description="Quantise the quantisation constants too (QLoRA paper).")
+
+    @model_validator(mode="after")
+    def _quantisation_needs_lora(self):
+        if self.load_in_4bit and self.load_in_8bit:
+            raise ValueError("load_in_4bit and load_in_8bit are both true; choose one (4-bit is QLoRA).")
+        if (self.load_in_4bit or self.load_in_8bit) and not self.use_lora:
+            raise ValueError("a quantised base cannot be trained in full: set model.use_lora=true (QLoRA) or turn quantisation off.")
+        return self
+
+
+# ---------------------------------------------------------------------------------------- data
+class DatasetSpec(Section):
+    name: str = Field(description="A hub dataset id, or a local .jsonl/.json/.csv/.parquet file.")
+    subset: str | None = Field(None, description="Hub configuration name (e.g. 'main' for openai/gsm8k).")
+    split: str = Field("train", description="Split, with optional slice: 'train', 'train[:64]', 'test[10%:]'.")
+    format: Literal["auto", "text", "prompt_completion", "messages"] = Field(
+        "auto",
+        description="How rows are read. 'auto' picks 'messages' if messages_column exists, else 'prompt_completion' if "
+        "prompt_column and completion_column exist, else 'text'. CPT always reads 'text'.",
+    )
+    text_column: str = Field("text", description="Column with raw text (format 'text').")
+    prompt_column: str = Field("prompt", description="Column with the prompt (format 'prompt_completion').")
+    completion_column: str = Field("completion", description="Column with the response the model learns (format 'prompt_completion').")
+    messages_column: str = Field("messages", description="Column with a chat: a list of {role, content} (format 'messages').")
+    max_samples: StrictInt | None = Field(None, ge=1, description="Use at most this many rows (after dropping bad ones), shuffled with training.seed.")
+
+
+class DataSection(Section):
+    datasets: list[DatasetSpec] = Field(min_length=1, description="Training data; several datasets are concatenated.")
+
+
+# ------------------------------------------------------------------------------------ tracking
+class TrackingSection(Section):
+    provider: Literal["none", "wandb", "tensorboard", "mlflow", "trackio"] = Field("none", description="Where metrics go besides output_dir/metrics.jsonl.")
+    project: str | None = Field(None, description="Project name at the provider.")
+    run_name: str | None = Field(None, description="Run name (default: the output directory's name).")
+    tags: list[str] = Field(default_factory=list, description="Tags for the run (wandb).")
+    mode: Literal["online", "offline"] = Field("online", description="wandb only: 'offline' logs locally with no network; sync later.")
+    api_key: SecretStr | None = Field(None, description="Provider API key. Prefer the environment (WANDB_API_KEY); never written to logs or files.")
+
+
+# ------------------------------------------------------------------------------------ training
+# TRL fields that posttrain drives from another key: setting them in `training` is an error that
+# names the key to use instead (otherwise they would be silently ignored or fight posttrain).
+OWNED_ELSEWHERE: dict[str, str] = {
+    "model_init_kwargs": "posttrain loads the model itself; use the model section (torch_dtype, attn_implementation, ...).",
+    "trust_remote_code": "use model.trust_remote_code.",
+    "dataset_text_field": "use data.datasets[i].text_column; posttrain maps every dataset to TRL's standard columns.",
+    "report_to": "use tracking.provider.",
+    "run_name": "use tracking.run_name.",
+    "project": "use tracking.project.",
+    "do_train": "has no effect in TRL's trainers; training always runs.",
+    "do_eval": "has no effect in TRL's trainers; set eval_strategy instead.",
+    "do_predict": "has no effect in TRL's trainers.",
+    "gradient_checkpointing": "deprecated by transformers 5: use training.activation_checkpointing.",
+    "gradient_checkpointing_kwargs": "deprecated by transformers 5: use training.activation_checkpointing_kwargs.",
+}
+
+_KIND_TYPES: dict[str, Any] = {"bool": StrictBool, "int": StrictInt, "float": float, "str": str, "dict": dict[str, Any], "any": Any}
+_ITEM_TYPES: dict[str | None, Any] = {None: Any, "bool": bool, "int": int, "float": float, "str": str}
+
+
+def _annotation(spec: dict) -> Any:
+    types: list[Any] = []
+    for kind in spec["kinds"]:
+        if kind == "null":
+            continue
+        if kind == "str" and spec["choices"]:
+            types.append(Literal[tuple(spec["choices"])])
+        elif kind == "list":
+            types.append(list[_ITEM_TYPES[spec["item"]]])
+        else:
+            types.append(_KIND_TYPES[kind])
+    if "float" in spec["kinds"] and "int" not in spec["kinds"]:
+        types.insert(0, StrictInt)  # 2 is a fine learning rate or logging_steps; keep it an int
+    tp = types[0] if len(types) == 1 else Union[tuple(types)]
+    return tp | None if "null" in spec["kinds"] else tp
+
+
+class TrainingBase(Section):
+    """Keys of posttrain's own in every training section (the rest are the TRL config's fields)."""
+
+    # A TRL field left at None is "unset": posttrain's or TRL's default applies. Which keys were set
+    # is `model_fields_set`; `trl_kwargs()` forwards exactly those. Explicit null is still validated.
+    model_config = ConfigDict(validate_default=False)
+    _family: str = "sft"
+
+    def trl_kwargs(self) -> dict[str, Any]:
+        """The TRL config arguments this section sets (explicitly or by posttrain default)."""
+        names = trl_fields(self._family)
+        return {k: getattr(self, k) for k in self.model_fields_set if k in names}
+
+
+def _training_model(algorithm: str, family: str, base: type[TrainingBase] = TrainingBase) -> type[TrainingBase]:
+    fields: dict[str, Any] = {"algorithm": (Literal[algorithm], Field(description="Which post-training algorithm runs."))}
+    for name, spec in trl_fields(family).items():
+        if name in OWNED_ELSEWHERE or name in base.model_fields:
+            continue
+        fields[name] = (_annotation(spec), Field(None, description=spec["help"] or None))
+    model = create_model(f"{algorithm.upper()}Training", __base__=base, **fields)
+    model._family = family
+    model.__doc__ = f"training section for algorithm={algorithm} (TRL {CONFIG_NAMES[family]})"
+    return model
+
+
+CONFIG_NAMES = {"sft": "SFTConfig", "dpo": "DPOConfig", "grpo": "GRPOConfig"}
+
+CPTTraining = _training_model("cpt", "sft")
+SFTTraining = _training_model("sft", "sft")
+
+# algorithm -> its training section model; an algorithm joins here once it trains end to end.
+TRAINING_MODELS: dict[str, type[TrainingBase]] = {"cpt": CPTTraining, "sft": SFTTraining}
+
+Training = Annotated[Union[tuple(TRAINING_MODELS.values())], Field(discriminator="algorithm")]
+
+
+class Recipe(Section):
+    model: ModelSection
+    data: DataSection
+    training: Training
+    tracking: TrackingSection = Field(default_factory=TrackingSection)

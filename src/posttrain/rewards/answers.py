@@ -1,0 +1,206 @@
+"""Answer parsing shared by GRPO training rewards and evaluation scoring.
+
+Contract: training reward and evaluation score share ONE parser (this module).
+
+* **Strict** scoring (``strict_correct``) is exactly what the ``answer_match`` reward optimises:
+  the content of the single ``<answer>...</answer>`` block must parse as one number equal to gold.
+* **Loose** scoring (``loose_correct``) is format-blind: the last number anywhere in the
+  completion is compared with gold. It tells you whether the model *knows* the answer even when
+  it ignores the output format.
+* Numbers are compared as numbers (``Decimal``), never as raw strings: ``"$1,400.00" == "1400"``.
+
+Number rules (``parse_number`` / ``last_number``):
+
+* Accepted: optional sign (``-``, ``+``, unicode minus ``\u2212``), optional currency symbol
+  (``$ € £ ¥ ₹``, before or after the sign), digits with optional decimal part (``0.5``, ``.5``,
+  ``1400.``), and thousands separators when grouped correctly (``1,234,567.89``).
+* Units and trailing words are ignored: ``"1400 dollars"``, ``"42%"`` (``%`` is a unit: 42).
+* A number glued to a preceding ASCII letter/digit is not a number (``"x2"``; CJK text glued to
+  digits is fine: ``"答案是1400元"`` -> 1400), and a ``-`` glued to a preceding word is not a
+  sign (``"3-4"`` reads as 3 and 4, not 3 and -4).
+* Malformed thousands groups (``"1,40"``, ``"12,34"``, European ``"0,5"``) are NOT numbers with
+  commas. ``parse_number`` rejects them (``None``); ``last_number`` reads them as a
+  comma-separated list (``"1,40"`` -> last number 40).
+* ``parse_number`` returns ``None`` when the text holds no number or two *different* numbers
+  (``"3 or 4"``, ``"2+3=5"``); repeating the same value is fine (``"1,400 ($1400.00)"`` -> 1400).
+* Not supported (parsed as separate numbers, hence ambiguous): fractions ``1/2``, scientific
+  notation, spaces as thousands separators.
+
+Tags are matched exactly and case-sensitively: ``<think>``, ``</think>``, ``<answer>``,
+``</answer>`` -- the format the prompt asks for.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+__all__ = [
+    "parse_number",
+    "numbers_equal",
+    "last_number",
+    "extract_answer",
+    "extract_gsm8k_gold",
+    "strict_correct",
+    "loose_correct",
+    "format_score",
+    "FORMAT_PENALTY_SCALE",
+    "FORMAT_MAX_PENALTY",
+]
+
+# Unicode minus signs models and datasets actually emit. En/em dashes are NOT minus: they mark ranges.
+_MINUS_SIGNS = str.maketrans({"\u2212": "-", "\ufe63": "-", "\uff0d": "-"})
+
+_NUMBER_RE = re.compile(
+    # Not glued to an ASCII word: "x2" is no number and the "-" in "3-4" is no sign. ASCII only, so
+    # CJK text glued to digits ("答案是1400元") still reads as a number.
+    r"(?<![A-Za-z0-9_])"
+    r"(?P<sign>[-+]?)"
+    r"(?:[$€£¥₹]\s?)?"  # currency before the digits ("$5", "-$5", "$ 5") ...
+    r"(?P<sign2>[-+]?)"  # ... or before the sign ("$-5")
+    r"(?P<body>[0-9]+(?:,[0-9]+)*(?:\.[0-9]*)?|\.[0-9]+)"
+)
+_GROUPED_RE = re.compile(r"[0-9]{1,3}(?:,[0-9]{3})+")
+
+
+def _scan(text: str) -> list[tuple[list[Decimal], bool]]:
+    """Every number token in ``text`` as (values, well_formed).
+
+    A well-formed token has one value. A malformed thousands run ("1,40") is split at its commas
+    into several values and flagged, so ``parse_number`` can reject it and ``last_number`` can
+    still read it as a list.
+    """
+    tokens = []
+    for match in _NUMBER_RE.finditer(text.translate(_MINUS_SIGNS)):
+        negative = "-" in match["sign"] + match["sign2"]
+        body = match["body"]
+        integer_part = body.partition(".")[0]
+        well_formed = "," not in integer_part or bool(_GROUPED_RE.fullmatch(integer_part))
+        pieces = [body.replace(",", "")] if well_formed else body.split(",")
+        values = [Decimal(piece) for piece in pieces]
+        if negative:  # the sign belongs to the first piece only
+            values[0] = -values[0]
+        tokens.append((values, well_formed))
+    return tokens
+
+
+def parse_number(text: str | None) -> Decimal | None:
+    """The single number ``text`` states, or ``None`` (no number, two different numbers, bad commas).
+
+    >>> parse_number("$1,400.00")
+    Decimal('1400.00')
+    >>> parse_number("3 or 4") is None
+    True
+    """
+    if text is None:
+        return None
+    tokens = _scan(text)
+    if not tokens or not all(well_formed for _, well_formed in tokens):
+        return None
+    values = [value for token_values, _ in tokens for value in token_values]
+    # Decimal hashes numerically, so 1400 and 1400.00 collapse into one element.
+    return values[0] if len(set(values)) == 1 else None
+
+
+def last_number(text: str | None) -> Decimal | None:
+    """Format-blind: the last number anywhere in ``text`` (``None`` if there is none)."""
+    if text is None:
+        return None
+    tokens = _scan(text)
+    return tokens[-1][0][-1] if tokens else None
+
+
+def numbers_equal(a: Decimal | int | None, b: Decimal | int | None) -> bool:
+    """Numeric equality (``1400 == 1400.00``); ``None`` never equals anything."""
+    if a is None or b is None:
+        return False
+    return Decimal(a) == Decimal(b)
+
+
+_ANSWER_OPEN, _ANSWER_CLOSE = "<answer>", "</answer>"
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def extract_answer(completion: str) -> str | None:
+    """Stripped content of the single ``<answer>...</answer>`` block.
+
+    ``None`` -- never the whole completion -- when there is no answer tag, when it is unclosed,
+    when the tags are out of order, or when there is more than one block (a model must not be able
+    to hedge with several answers). An empty block gives ``""``.
+    """
+    if completion.count(_ANSWER_OPEN) != 1 or completion.count(_ANSWER_CLOSE) != 1:
+        return None
+    start = completion.index(_ANSWER_OPEN) + len(_ANSWER_OPEN)
+    end = completion.index(_ANSWER_CLOSE)
+    return completion[start:end].strip() if start <= end else None
+
+
+def extract_gsm8k_gold(answer_field: str) -> str:
+    """GSM8K gold: the text after the (last) ``####``, stripped; the whole string if there is none."""
+    return answer_field.rsplit("####", 1)[-1].strip()
+
+
+def _gold_number(gold: str | int | Decimal) -> Decimal:
+    """Gold as a Decimal. Raises instead of scoring 0: a bad gold row is a data bug, not a wrong answer."""
+    if isinstance(gold, (int, Decimal)) and not isinstance(gold, bool):
+        return Decimal(gold)
+    if isinstance(gold, float):
+        return Decimal(str(gold))  # str() first: Decimal(0.1) would be the binary approximation
+    number = parse_number(extract_gsm8k_gold(str(gold)))
+    if number is None:
+        raise ValueError(f"gold answer {gold!r} is not a single number")
+    return number
+
+
+def strict_correct(completion: str, gold: str | int | Decimal) -> bool:
+    """The ``<answer>`` block parses as one number equal to gold (what ``answer_match`` rewards).
+
+    ``gold`` may be a bare number or a raw GSM8K answer field ("... #### 1,400").
+    """
+    return numbers_equal(parse_number(extract_answer(completion)), _gold_number(gold))
+
+
+def loose_correct(completion: str, gold: str | int | Decimal) -> bool:
+    """Format-blind: the last number anywhere in the completion equals gold."""
+    return numbers_equal(last_number(completion), _gold_number(gold))
+
+
+# format_score = 1 - min(FORMAT_MAX_PENALTY, extra_chars / FORMAT_PENALTY_SCALE)
+FORMAT_PENALTY_SCALE = 1000
+FORMAT_MAX_PENALTY = 0.5
+
+
+def format_score(completion: str) -> float:
+    """How well ``completion`` follows ``<think>...</think><answer>...</answer>``, in [0, 1].
+
+    0.0 unless each of the four tags appears exactly once, in the order think, /think, answer,
+    /answer, with a non-empty answer -- so duplicated or nested tags cannot farm the reward. The
+    think block may be empty. Otherwise::
+
+        score = 1 - min(0.5, extra_chars / 1000)
+
+    where ``extra_chars`` counts the non-whitespace-stripped text before ``<think>``, between
+    ``</think>`` and ``<answer>``, and after ``</answer>``. Surrounding whitespace is free; a
+    5,000-character trailer costs exactly the 0.5 cap, so the score is never below 0.5 once the
+    structure is right.
+
+    >>> format_score("<think>2+2</think>\\n<answer>4</answer>")
+    1.0
+    >>> format_score("<think>2+2</think><answer>4</answer><answer>5</answer>")
+    0.0
+    """
+    tags = (_THINK_OPEN, _THINK_CLOSE, _ANSWER_OPEN, _ANSWER_CLOSE)
+    if any(completion.count(tag) != 1 for tag in tags):
+        return 0.0
+    think_open, think_close, answer_open, answer_close = (completion.index(tag) for tag in tags)
+    if not think_open < think_close < answer_open < answer_close:
+        return 0.0
+    if not completion[answer_open + len(_ANSWER_OPEN) : answer_close].strip():
+        return 0.0
+    outside = (
+        completion[:think_open],
+        completion[think_close + len(_THINK_CLOSE) : answer_open],
+        completion[answer_close + len(_ANSWER_CLOSE) :],
+    )
+    extra_chars = sum(len(segment.strip()) for segment in outside)
+    return 1.0 - min(FORMAT_MAX_PENALTY, extra_chars / FORMAT_PENALTY_SCALE)

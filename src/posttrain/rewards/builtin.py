@@ -1,0 +1,204 @@
+"""Built-in GRPO reward functions and the reward registry.
+
+Every reward has TRL's signature ``fn(completions, **kwargs) -> list[float]``:
+
+* ``completions`` holds plain strings or chat-format message lists
+  (``[{"role": "assistant", "content": "..."}]``; the last message's content is scored);
+* dataset columns arrive as keyword lists (``answer=[...]``), one entry per completion;
+* TRL also passes non-column keywords (``prompts``, ``trainer_state``, ...): they are ignored.
+
+All scoring goes through :mod:`posttrain.rewards.answers`, the parser evaluation uses too, so
+the ``answer_match`` reward is exactly the strict evaluation score.
+
+Registry: ``REWARDS`` maps built-in names to functions; ``get_reward(name, **options)`` resolves a
+built-in name or a ``package.module:function`` import path and binds options (for example
+``answer_column="gold"``). Options must be named parameters of the function -- a misspelt option
+raises instead of being silently swallowed by ``**kwargs``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib
+import inspect
+from typing import Any, Callable
+
+from posttrain.rewards.answers import (
+    extract_answer,
+    format_score,
+    loose_correct,
+    parse_number,
+    strict_correct,
+)
+
+__all__ = [
+    "REWARDS",
+    "answer_match",
+    "completion_text",
+    "format_reward",
+    "get_reward",
+    "loose_match",
+    "numeric_answer",
+]
+
+RewardFn = Callable[..., list[float]]
+
+
+def completion_text(completion: Any) -> str:
+    """The text to score: the string itself, or the last chat message's content."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):  # a single message
+        completion = [completion]
+    if isinstance(completion, list) and all(isinstance(m, dict) for m in completion):
+        if not completion:
+            return ""
+        content = completion[-1].get("content")
+        if content is None:  # e.g. a tool-call message with no text
+            return ""
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):  # multimodal parts: [{"type": "text", "text": "..."}]
+            return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    raise TypeError(
+        f"a completion must be a string or a list of chat messages, got {type(completion).__name__}"
+    )
+
+
+def _column(kwargs: dict[str, Any], column: str, n: int, reward: str) -> list[Any]:
+    if column not in kwargs:
+        raise ValueError(
+            f"reward {reward!r} needs the dataset column {column!r}, which is not among "
+            f"the columns passed to it: {sorted(kwargs)}"
+        )
+    values = list(kwargs[column])
+    if len(values) != n:
+        raise ValueError(f"reward {reward!r}: {n} completions but {len(values)} values in {column!r}")
+    return values
+
+
+def answer_match(completions: list[Any], *, answer_column: str = "answer", **kwargs: Any) -> list[float]:
+    """1.0 when the single ``<answer>`` block equals the gold number (strict score), else 0.0.
+
+    Gold comes from the dataset column ``answer_column``: a bare number or a GSM8K "... #### 42".
+
+    >>> answer_match(["<think>7*200</think><answer>$1,400</answer>", "1400"], answer=["#### 1400"] * 2)
+    [1.0, 0.0]
+    """
+    golds = _column(kwargs, answer_column, len(completions), "answer_match")
+    return [float(strict_correct(completion_text(c), gold)) for c, gold in zip(completions, golds)]
+
+
+def format_reward(completions: list[Any], **kwargs: Any) -> list[float]:
+    """``format_score``: 1.0 for one ``<think>`` block then one non-empty ``<answer>`` block.
+
+    Duplicated, nested or empty blocks score 0; text outside the blocks costs up to 0.5.
+
+    >>> format_reward(["<think>x</think><answer>4</answer>", "<answer>4</answer>"])
+    [1.0, 0.0]
+    """
+    return [format_score(completion_text(c)) for c in completions]
+
+
+def numeric_answer(completions: list[Any], **kwargs: Any) -> list[float]:
+    """1.0 when the single ``<answer>`` block holds exactly one number (e.g. -3.5), else 0.0.
+
+    >>> numeric_answer(["<answer>-3.5</answer>", "<answer>three</answer>"])
+    [1.0, 0.0]
+    """
+    return [float(parse_number(extract_answer(completion_text(c))) is not None) for c in completions]
+
+
+def loose_match(completions: list[Any], *, answer_column: str = "answer", **kwargs: Any) -> list[float]:
+    """1.0 when the LAST number anywhere in the completion equals gold (loose score), else 0.0.
+
+    NOT recommended as a training reward: it ignores the output format, so it rewards answers
+    the strict evaluation score counts as wrong. Use it for diagnostics and loose evaluation.
+
+    >>> loose_match(["so the total is 1,400.", "<answer>1400</answer> not 7"], answer=[1400, 1400])
+    [1.0, 0.0]
+    """
+    golds = _column(kwargs, answer_column, len(completions), "loose_match")
+    return [float(loose_correct(completion_text(c), gold)) for c, gold in zip(completions, golds)]
+
+
+REWARDS: dict[str, RewardFn] = {
+    "answer_match": answer_match,
+    "format": format_reward,
+    "numeric_answer": numeric_answer,
+    "loose_match": loose_match,
+}
+
+
+def _import_reward(path: str) -> RewardFn:
+    module_name, _, attr_path = path.partition(":")
+    if not module_name or not attr_path:
+        raise ValueError(f"reward import path {path!r} must look like 'package.module:function'")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"reward {path!r}: cannot import module {module_name!r} ({exc})") from exc
+    for attr in attr_path.split("."):
+        if not hasattr(target, attr):
+            owner = getattr(target, "__name__", type(target).__name__)
+            raise ValueError(f"reward {path!r}: {owner!r} has no attribute {attr!r}")
+        target = getattr(target, attr)
+    if not callable(target):
+        raise ValueError(f"reward {path!r}: {attr_path!r} is not callable")
+    return target
+
+
+def _check_options(fn: RewardFn, name: str, options: dict[str, Any]) -> None:
+    if not options:
+        return
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # signature not introspectable: let the call decide
+        return
+    named = {p.name for p in params[1:] if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    unknown = sorted(set(options) - named)
+    if unknown:
+        raise ValueError(
+            f"reward {name!r} has no option(s) {unknown}; its options are {sorted(named) or 'none'}"
+        )
+
+
+def get_reward(name: str, **options: Any) -> RewardFn:
+    """Resolve a built-in reward name or a ``package.module:function`` path, binding ``options``.
+
+    The returned function's ``__name__`` (what TRL logs) is the registered name for built-ins and
+    the function's own name for import paths. Options override same-named keywords at call time.
+
+    >>> reward = get_reward("answer_match", answer_column="gold")
+    >>> reward.__name__, reward(["<answer>7</answer>"], gold=["7"])
+    ('answer_match', [1.0])
+    """
+    if ":" in name:
+        fn = _import_reward(name)
+        label = getattr(fn, "__name__", name.rpartition(":")[2])
+    elif name in REWARDS:
+        fn, label = REWARDS[name], name
+    else:
+        close = difflib.get_close_matches(name, REWARDS, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"unknown reward {name!r}.{hint} Built-in rewards: {', '.join(sorted(REWARDS))}; "
+            "or give an import path 'package.module:function'."
+        )
+    _check_options(fn, label, options)
+
+    if inspect.iscoroutinefunction(fn):  # keep async rewards async: TRL awaits those
+
+        @functools.wraps(fn)
+        async def reward(completions: list[Any], **kwargs: Any) -> list[float]:
+            return await fn(completions, **{**kwargs, **options})
+
+    else:
+
+        @functools.wraps(fn)
+        def reward(completions: list[Any], **kwargs: Any) -> list[float]:
+            return fn(completions, **{**kwargs, **options})
+
+    reward.__name__ = reward.__qualname__ = label
+    return reward
