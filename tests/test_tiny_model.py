@@ -13,7 +13,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from posttrain.models import tiny
 
 ARCH_CLASSES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
-TRICKY = "  12345 apples (apples) it's 3.14\n\n  5  x <think>42</think>\n<answer>7</answer> \t x**2"
+# Covers where the GPT-2 and Qwen2 split regexes differ (".\n" is one piece for Qwen2 only).
+TRICKY = "  12345 apples (apples) it's 3.14\n\n  5  x. Done.\n<think>42</think>\n<answer>7</answer> \t x**2"
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +58,7 @@ def test_tokenizer_reload_keeps_build_time_encoding(built, arch):
     assert tk.convert_ids_to_tokens(tk.encode(" 2024!")) == ["Ġ", "2", "0", "2", "4", "!"]
     assert tk.encode(TRICKY) == raw.encode(TRICKY).ids
     assert tk.decode(tk.encode(TRICKY)) == TRICKY
+    assert tk.encode("cafe\u0301") == raw.encode("cafe\u0301").ids == tk.encode("caf\u00e9")  # NFC in both
 
 
 def test_both_archs_share_the_tokenizer(built):

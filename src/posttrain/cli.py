@@ -15,6 +15,9 @@ from posttrain.errors import UserError
 
 EXIT_BAD_INPUT = 2
 
+# Modules under posttrain.commands that add their own subcommands (generate, eval, compare, ...).
+COMMAND_MODULES: list[str] = []
+
 EPILOG_TRAIN = """\
 examples:
   posttrain train --recipe recipes/sft/tiny-cpu.yaml
@@ -116,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", choices=["1m", "2m", "6m"], default="1m", help="approximate parameter count")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_make_tiny_model)
+
+    import importlib
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"posttrain.commands.{name}").add_parser(sub)
     return parser
 
 

@@ -1,0 +1,37 @@
+# Two commands do everything on a fresh machine; each creates .venv when it is missing.
+#   make demo   install, then train a tiny model offline and say where it went
+#   make test   install, then run the whole test suite
+#
+# TORCH is what gets installed first. The default is the CPU build (on this kind of machine it
+# comes from local disk; a bare `torch` could pull a multi-GB CUDA build). On a CUDA machine use
+# the build you want, e.g. `make test TORCH=torch==2.13.0 TORCH_INDEX=https://download.pytorch.org/whl/cu128`,
+# or keep a torch already installed in the venv with `make test TORCH=`.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.posttrain-installed
+
+.PHONY: install demo test benchmark clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(if $(TORCH),$(BIN)/python -m pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)))
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/posttrain train --recipe recipes/sft/tiny-cpu.yaml
+
+test: install
+	$(BIN)/python -m pytest -q
+
+benchmark: install
+	$(BIN)/python benchmarks/sft_overhead.py
+
+clean:
+	rm -rf runs .pytest_cache
