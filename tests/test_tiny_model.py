@@ -35,13 +35,15 @@ def test_build_loads_with_auto_classes(built, arch):
     model = AutoModelForCausalLM.from_pretrained(path)
     tk = AutoTokenizer.from_pretrained(path)
     assert type(model).__name__ == ARCH_CLASSES[arch]
-    assert model.config.vocab_size == len(tk) == tiny.VOCAB_SIZE == model.get_input_embeddings().num_embeddings
+    assert model.config.vocab_size == len(tk) == tiny.VOCAB_SIZE
+    assert model.get_input_embeddings().num_embeddings == tiny.VOCAB_SIZE
     assert 0.9e6 < model.num_parameters() < 1.1e6
     # untied: separate tensors with different values
     emb, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
     assert emb.data_ptr() != head.data_ptr() and not torch.equal(emb, head)
     eos, pad, im_end = tk.convert_tokens_to_ids(["<|endoftext|>", "<|pad|>", "<|im_end|>"])
-    assert (model.config.eos_token_id, model.config.pad_token_id, model.config.bos_token_id) == (eos, pad, eos)
+    cfg = model.config
+    assert (cfg.eos_token_id, cfg.pad_token_id, cfg.bos_token_id) == (eos, pad, eos)
     assert model.generation_config.eos_token_id == [im_end, eos]
     assert model.generation_config.pad_token_id == pad
     assert tk.padding_side == "right" and tk.model_max_length == 2048
@@ -76,13 +78,16 @@ def test_special_and_tag_tokens(tok):
         assert len(tok.encode(t)) == 1, t
     text = "<|im_start|>assistant\n<think>1+1</think><answer>2</answer><|im_end|><|endoftext|>"
     # chat markers are special (dropped on skip), reasoning tags are plain tokens (kept)
-    assert tok.decode(tok.encode(text), skip_special_tokens=True) == "assistant\n<think>1+1</think><answer>2</answer>"
+    kept = "assistant\n<think>1+1</think><answer>2</answer>"
+    assert tok.decode(tok.encode(text), skip_special_tokens=True) == kept
 
 
 def test_chat_template_generation_prompt(tok):
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+3?"}]
     text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-    assert text == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n"
+    assert text == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n"
+    )
     no_prompt = tok.apply_chat_template(msgs[1:], tokenize=False)
     assert no_prompt == "<|im_start|>user\nWhat is 2+3?<|im_end|>\n"
 
@@ -96,10 +101,11 @@ def get_weather(city: str) -> str:
     return "sunny"
 
 
+CALL = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+CALL_TEXT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 TOOL_CHAT = [
     {"role": "user", "content": "Weather in Paris?"},
-    {"role": "assistant", "content": "",
-     "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+    {"role": "assistant", "content": "", "tool_calls": [CALL]},
     {"role": "tool", "name": "get_weather", "content": "sunny"},
     {"role": "assistant", "content": "It is sunny."},
 ]
@@ -111,7 +117,7 @@ def test_chat_template_tools_and_tool_calls(tok):
     assert '"name": "get_weather", "description": "Get the weather."' in text.split("<|im_end|>")[0]
     assert text.endswith(
         "<|im_start|>user\nWeather in Paris?<|im_end|>\n"
-        '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>\n'
+        f"<|im_start|>assistant\n{CALL_TEXT}<|im_end|>\n"
         "<|im_start|>tool\nsunny<|im_end|>\n"
         "<|im_start|>assistant\nIt is sunny.<|im_end|>\n"
     )
@@ -119,7 +125,8 @@ def test_chat_template_tools_and_tool_calls(tok):
     msg = {"role": "assistant", "content": "Checking.",
            "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}]}
     assert tok.apply_chat_template([msg], tokenize=False) == (
-        '<|im_start|>assistant\nChecking.\n<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call><|im_end|>\n'
+        '<|im_start|>assistant\nChecking.\n<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n'
+        "</tool_call><|im_end|>\n"
     )
 
 
@@ -152,7 +159,7 @@ def test_assistant_mask_covers_exactly_assistant_turns(tok):
     assert not cur  # the final "\n" after <|im_end|> is not trained
     expected = [
         "<think>2 + 3 = 5</think><answer>5</answer><|im_end|>",
-        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>',
+        f"{CALL_TEXT}<|im_end|>",
         "It is sunny.<|im_end|>",
     ]
     assert [tok.decode(s) for s in spans] == expected
@@ -161,10 +168,10 @@ def test_assistant_mask_covers_exactly_assistant_turns(tok):
 
 def test_response_template_parses_tool_calls(tok):
     prefix = tok.apply_chat_template(TOOL_CHAT[:1], add_generation_prompt=True)
-    completion = tok.encode('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>')
+    completion = tok.encode(f"Let me check.\n{CALL_TEXT}<|im_end|>")
     parsed = tok.parse_response(completion, prefix=prefix)
     assert parsed["content"] == "Let me check."
-    assert parsed["tool_calls"] == [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]
+    assert parsed["tool_calls"] == [CALL]
     plain = tok.parse_response(tok.encode("<think>x</think><answer>5</answer><|im_end|>"), prefix=prefix)
     assert plain == {"role": "assistant", "content": "<think>x</think><answer>5</answer>"}
 
@@ -230,7 +237,10 @@ def test_parse_tiny_spec():
 
 
 def test_import_is_cheap():
-    code = "import sys, posttrain.models.tiny as t; t.parse_tiny_spec('tiny:'); print(sorted({'torch', 'transformers', 'tokenizers'} & set(sys.modules)))"
+    code = (
+        "import sys, posttrain.models.tiny as t; t.parse_tiny_spec('tiny:');"
+        "print(sorted({'torch', 'transformers', 'tokenizers'} & set(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -239,8 +249,8 @@ def test_import_is_cheap():
 def test_forward_and_generate(built, arch):
     model = AutoModelForCausalLM.from_pretrained(built[arch]).eval()
     tk = AutoTokenizer.from_pretrained(built[arch])
-    prompt = tk.apply_chat_template([{"role": "user", "content": "Tom has 3 apples."}], add_generation_prompt=True,
-                                    return_tensors="pt", return_dict=True)
+    msgs = [{"role": "user", "content": "Tom has 3 apples."}]
+    prompt = tk.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     ids = prompt["input_ids"]
     with torch.no_grad():
         out = model(**prompt, labels=ids)

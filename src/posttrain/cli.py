@@ -44,7 +44,7 @@ def _split_recipe_args(args) -> tuple[str, list[str]]:
         raise UserError("no recipe given: posttrain train --recipe RECIPE.yaml [key=value ...]")
     stray = [i for i in items if "=" not in i]
     if stray:
-        raise UserError(f"expected key=value overrides after the recipe, got {stray[0]!r}")
+        raise UserError(f"expected key.path=value overrides after the recipe, got {stray[0]!r}: write it like training.learning_rate=1e-5")
     return recipe, items
 
 
@@ -54,7 +54,8 @@ def cmd_validate(args) -> int:
 
     recipe_path, overrides = _split_recipe_args(args)
     loaded = load_recipe(recipe_path, overrides)
-    preflight(loaded.recipe)
+    if not args.schema_only:
+        preflight(loaded.recipe)
     print(f"# {recipe_path}: valid ({loaded.recipe.training.algorithm})")
     print(to_yaml(resolved_dict(loaded.recipe)), end="")
     print("\n# differs from the library defaults:")
@@ -106,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="check a recipe and print it resolved (no torch import)", description="Resolve a recipe with its overrides and posttrain's defaults, check it without loading anything heavy, print the result and what differs from the library defaults. Exit code 2 lists every problem at once.", epilog=EPILOG_TRAIN.replace("posttrain train", "posttrain validate"), formatter_class=argparse.RawDescriptionHelpFormatter)
     _recipe_args(p)
+    p.add_argument("--schema-only", action="store_true", help="check the recipe only, not this machine (data files present, a GPU for QLoRA, tracking packages): for recipes meant for another machine")
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("inspect", help="what a checkpoint holds: parameters and bytes per module group", description="Read a checkpoint's safetensors headers (no weights loaded) and print parameters and bytes per group: LoRA A/B, embeddings, lm_head, other. Warns when an adapter carries full embedding or lm_head matrices.")

@@ -72,7 +72,8 @@ CHAT_TEMPLATE = (
     "{%- if sys -%}{{- text(messages[0].content) -}}{%- endif -%}"
     "{%- if tools -%}"
     "{%- if sys -%}{{- '\\n\\n' -}}{%- endif -%}"
-    "{{- '# Tools\\nCall a tool with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.\\n<tools>' -}}"
+    "{{- '# Tools\\nCall a tool with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.' -}}"
+    "{{- '\\n<tools>' -}}"
     "{%- for tool in tools -%}{{- '\\n' -}}{{- tool | tojson -}}{%- endfor -%}"
     "{{- '\\n</tools>' -}}"
     "{%- endif -%}"
@@ -144,7 +145,8 @@ def resolve_tiny(spec: str) -> Path:
     Layout: ``<cache_root>/tiny/<arch>-<size>-v<BUILDER_VERSION>/``. The build goes to a temporary
     sibling directory that is renamed into place only when complete: a crashed build is never
     mistaken for a finished one, and when several processes race, the first rename wins and the
-    others discard their (identical, seed 0) copy.
+    others discard their (identical, seed 0) copy. A killed build may leave a hidden ``.*.tmp``
+    sibling behind; it is never read and is safe to delete.
     """
     arch, size = parse_tiny_spec(spec)
     final = cache_root() / "tiny" / f"{arch}-{size}-v{BUILDER_VERSION}"
@@ -164,13 +166,15 @@ def resolve_tiny(spec: str) -> Path:
     return final
 
 
-_NAMES = "Tom Anna Sam Maria Ben Lily Omar Zoe Ravi Emma Leo Mia Noah Aisha Jack Sofia Liam Chen Ivan Nora".split()
+_NAMES = "Tom Anna Sam Maria Ben Lily Omar Zoe Ravi Emma Leo Mia Noah Aisha Jack Sofia Liam Chen Ivan Nora"
+_NAMES = _NAMES.split()
 _SHE = set("Anna Maria Lily Zoe Emma Mia Aisha Sofia Nora".split())
 _ITEMS = ("apples books coins marbles pencils cookies cards stickers eggs flowers shells stamps balls toys "
           "candies cups oranges bananas pears cakes pies buttons ribbons rocks leaves seeds bottles boxes "
           "chairs tables plates spoons shirts socks hats kites boats cars trains birds fish cats dogs "
           "rabbits tickets letters photos songs games puzzles bricks blocks beads crayons").split()
-_PLACES = "school park store market library garden kitchen farm beach museum zoo city village forest river".split()
+_PLACES = "school park store market library garden kitchen farm beach museum zoo city village forest river"
+_PLACES = _PLACES.split()
 _ADJS = ("big small red blue green happy quick slow old new bright dark warm cold short long tall "
          "quiet loud kind clever funny strange simple useful careful").split()
 _VERBS = ("found bought sold made painted cooked counted collected shared lost carried washed "
@@ -213,14 +217,17 @@ def _corpus(seed: int, n: int = 4000) -> list[str]:
             w, ans = f"{a} + {b} = {a + b}", a + b
         elif kind < 0.4:
             a, b = max(a, b), min(a, b)
-            q = f"{name} had {a} {item} and gave {b} to a friend at the {c(_PLACES)}. How many {item} are left?"
+            q = f"{name} had {a} {item} and gave {b} to a friend at the {c(_PLACES)}. "
+            q += f"How many {item} are left?"
             w, ans = f"{a} - {b} = {a - b}", a - b
         elif kind < 0.55:
             a, b = a % 12 + 2, b % 12 + 2
-            q = f"There are {a} boxes with {b} {c(_ADJS)} {item} in each box. How many {item} are there in total?"
+            q = f"There are {a} boxes with {b} {c(_ADJS)} {item} in each box. "
+            q += f"How many {item} are there in total?"
             w, ans = f"{a} * {b} = {a * b}", a * b
         elif kind < 0.65:
-            out.append(f"{name} said: " + " ".join(rng.choice(_WORDS) for _ in range(rng.randint(5, 12))) + ".")
+            words = " ".join(c(_WORDS) for _ in range(rng.randint(5, 12)))
+            out.append(f"{name} said: {words}.")
             continue
         elif kind < 0.8:
             out.append(
@@ -230,7 +237,8 @@ def _corpus(seed: int, n: int = 4000) -> list[str]:
             continue
         else:
             args = f'{{"a": {a}, "b": {b}}}' if rng.random() < 0.5 else f'{{"city": "{c(_PLACES)}"}}'
-            out.append(f'{c(_CHAT)}\n<tool_call>\n{{"name": "{c(_TOOLS)}", "arguments": {args}}}\n</tool_call>')
+            call = f'{{"name": "{c(_TOOLS)}", "arguments": {args}}}'
+            out.append(f"{c(_CHAT)}\n<tool_call>\n{call}\n</tool_call>")
             continue
         r = rng.random()
         if r < 0.4:
@@ -253,8 +261,8 @@ def _build_tokenizer(seed: int):
     ``tokenizer_class`` field. Any other pipeline (e.g. ``Digits`` + ``ByteLevel``) would tokenize
     differently after a reload for qwen2 than for llama and than at build time.
     """
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from tokenizers import trainers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import processors, trainers
     from transformers import PreTrainedTokenizerFast
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
@@ -299,7 +307,7 @@ def build_tiny_model(out_dir, arch: str = DEFAULT_ARCH, size: str = DEFAULT_SIZE
     from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, Qwen2Config
 
     if arch not in ARCHS or size not in SIZES:
-        raise ValueError(f"arch must be one of {ARCHS} and size one of {tuple(SIZES)}; got {arch!r}, {size!r}")
+        raise ValueError(f"arch must be one of {ARCHS}, size one of {tuple(SIZES)}; got {arch!r}, {size!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = _build_tokenizer(seed)

@@ -35,7 +35,7 @@ def parse_path(path: str) -> list[str | int]:
     pos = 0
     for m in _SEGMENT.finditer(path):
         gap = path[pos : m.start()]
-        if gap not in ("", ".") or (gap == "" and pos > 0 and m.group(1)):
+        if gap not in ("", ".") or (gap == "" and pos > 0 and m.group(1)) or (gap == "." and pos == 0):
             raise ValueError(f"malformed key path {path!r}")
         name, index = m.group(1), m.group(2)
         parts.append(int(index) if index is not None else (int(name) if name.isdigit() else name))
@@ -59,6 +59,36 @@ def split_override(item: str) -> tuple[str, str]:
     return key.strip(), value
 
 
+class _PathProblem(Exception):
+    def __init__(self, path: str, message: str):
+        self.path, self.message = path, message
+
+
+def _set(root, parts: list, value) -> None:
+    """Set root[parts...] = value, creating missing mappings/lists; never replace an existing scalar."""
+    node = root
+    for depth, part in enumerate(parts):
+        here, parent = format_path(parts[: depth + 1]), format_path(parts[:depth]) or "the recipe"
+        if isinstance(part, int):
+            if not isinstance(node, list):
+                raise _PathProblem(here, f"is indexed with [{part}] but {parent} is not a list")
+            if part > len(node):
+                raise _PathProblem(here, f"index {part} is out of range: the list has {len(node)} item(s); "
+                                         f"use an index from 0 to {len(node)} ({len(node)} appends a new item)")
+            if part == len(node):
+                node.append(None)
+        elif not isinstance(node, dict):
+            raise _PathProblem(here, f"cannot set {part!r}: {parent} is a {type(node).__name__}, not a mapping")
+        if depth == len(parts) - 1:
+            node[part] = value
+            return
+        child = node[part] if isinstance(part, int) else node.get(part)
+        if child is None:
+            child = [] if isinstance(parts[depth + 1], int) else {}
+            node[part] = child
+        node = child
+
+
 def apply_overrides(raw: dict, items: list[str]) -> tuple[dict, set[str]]:
     """Apply `key=value` items to `raw` in place; return it and the set of overridden paths."""
     problems: list[Problem] = []
@@ -73,31 +103,11 @@ def apply_overrides(raw: dict, items: list[str]) -> tuple[dict, set[str]]:
         except RecipeError as e:
             problems.extend(e.problems)
             continue
-        node = raw
-        for depth, part in enumerate(parts):
-            last = depth == len(parts) - 1
-            here = format_path(parts[: depth + 1])
-            if isinstance(part, int):
-                if not isinstance(node, list):
-                    problems.append(Problem(here, f"is indexed with [{part}] but {format_path(parts[:depth]) or 'it'} is not a list", "override"))
-                    break
-                if part > len(node):
-                    problems.append(Problem(here, f"index {part} is out of range: the list has {len(node)} item(s); "
-                                            f"use an index from 0 to {len(node)} ({len(node)} appends a new item)", "override"))
-                    break
-                if part == len(node):
-                    node.append({})
-            else:
-                if not isinstance(node, dict):
-                    problems.append(Problem(here, f"cannot set {part!r}: {format_path(parts[:depth])} is a {type(node).__name__}, not a mapping", "override"))
-                    break
-                if not last and not isinstance(node.get(part), (dict, list)):
-                    node[part] = [] if isinstance(parts[depth + 1], int) else {}
-            if last:
-                node[part] = parse_value(text)
-                touched.add(format_path(parts))
-            else:
-                node = node[part]
+        try:
+            _set(raw, parts, parse_value(text))
+            touched.add(format_path(parts))
+        except _PathProblem as e:
+            problems.append(Problem(e.path, e.message, "override"))
     if problems:
         raise RecipeError(problems)
     return raw, touched

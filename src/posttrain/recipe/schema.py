@@ -28,6 +28,7 @@ class Section(BaseModel):
 # --------------------------------------------------------------------------------------- model
 class ModelSection(Section):
     base_model_name: str = Field(
+        min_length=1,
         description="What to train: a hub id ('Qwen/Qwen2.5-0.5B-Instruct'), a local model directory, a PEFT "
         "adapter directory (its base is loaded and the adapter keeps training), or 'tiny:[arch][-size]' for a "
         "small random model built locally in seconds (e.g. 'tiny:', 'tiny:llama-2m'; offline tests and demos)."
@@ -67,7 +68,7 @@ class ModelSection(Section):
 
 # ---------------------------------------------------------------------------------------- data
 class DatasetSpec(Section):
-    name: str = Field(description="A hub dataset id, or a local .jsonl/.json/.csv/.parquet file.")
+    name: str = Field(min_length=1, description="A hub dataset id, or a local .jsonl/.json/.csv/.parquet file.")
     subset: str | None = Field(None, description="Hub configuration name (e.g. 'main' for openai/gsm8k).")
     split: str = Field("train", description="Split, with optional slice: 'train', 'train[:64]', 'test[10%:]'.")
     format: Literal["auto", "text", "prompt_completion", "messages"] = Field(

@@ -1,0 +1,40 @@
+"""The CLI answers fast and teaches: help without torch, validate without torch, exit codes."""
+
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_importing_the_cli_and_schema_does_not_import_torch():
+    code = "import sys, posttrain.cli, posttrain.recipe.load, posttrain.recipe.preflight; " \
+           "posttrain.cli.build_parser(); heavy = [m for m in ('torch', 'transformers', 'trl', 'peft', 'datasets') if m in sys.modules]; print(heavy)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_help_lists_commands(cli):
+    result = cli("--help")
+    assert result.returncode == 0
+    for command in ("train", "validate", "inspect", "make-tiny-model"):
+        assert command in result.stdout
+
+
+def test_train_help_explains_overrides(cli):
+    result = cli("train", "--help")
+    assert "data.datasets[0].name" in result.stdout and "Precedence" in result.stdout
+
+
+def test_validate_prints_resolved_recipe_and_differences(cli):
+    result = cli("validate", "recipes/sft/tiny-cpu.yaml", "training.learning_rate=1e-4")
+    assert result.returncode == 0, result.stderr
+    assert "valid (sft)" in result.stdout
+    assert "training.learning_rate" in result.stdout and "override" in result.stdout
+    assert "posttrain default" in result.stdout
+
+
+def test_python_dash_m_and_console_script_agree():
+    script = REPO / ".venv" / "bin" / "posttrain"
+    exe = [str(script)] if script.exists() else [sys.executable, "-m", "posttrain"]
+    result = subprocess.run([*exe, "validate", "recipes/cpt/tiny-cpu.yaml"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0 and "valid (cpt)" in result.stdout

@@ -1,0 +1,58 @@
+import pytest
+
+from posttrain.recipe.errors import RecipeError
+from posttrain.recipe.overrides import apply_overrides, parse_path, parse_value
+
+
+@pytest.mark.parametrize(
+    "path, parts",
+    [
+        ("training.learning_rate", ["training", "learning_rate"]),
+        ("data.datasets[0].name", ["data", "datasets", 0, "name"]),
+        ("data.datasets.0.name", ["data", "datasets", 0, "name"]),
+        ("a[1][2].b", ["a", 1, 2, "b"]),
+    ],
+)
+def test_paths(path, parts):
+    assert parse_path(path) == parts
+
+
+@pytest.mark.parametrize("bad", ["", "a..b", "a[x].b", "a[0]b", ".a", "a."])
+def test_malformed_paths(bad):
+    with pytest.raises(ValueError, match="malformed key path"):
+        parse_path(bad)
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [("true", True), ("false", False), ("null", None), ("1e-5", 1e-5), ("3.0e-4", 3e-4), ("-2E3", -2000.0),
+     ("7", 7), ("[a, b]", ["a", "b"]), ("{k: 1}", {"k": 1}), ("", ""), ("hello world", "hello world"),
+     ("tiny:qwen2", "tiny:qwen2"), ("'007'", "007")],
+)
+def test_values_are_yaml_scalars(text, value):
+    parsed = parse_value(text)
+    assert parsed == value and type(parsed) is type(value)
+
+
+def test_list_items_are_set_and_appended():
+    raw = {"data": {"datasets": [{"name": "a.jsonl"}]}}
+    apply_overrides(raw, ["data.datasets[0].name=b.jsonl", "data.datasets.1.name=c.jsonl", "data.datasets[1].split=train[:8]"])
+    assert raw["data"]["datasets"] == [{"name": "b.jsonl"}, {"name": "c.jsonl", "split": "train[:8]"}]
+
+
+def test_creates_missing_sections():
+    raw, touched = apply_overrides({}, ["training.beta=0.0", "data.datasets[0].name="])
+    assert raw == {"training": {"beta": 0.0}, "data": {"datasets": [{"name": ""}]}}
+    assert touched == {"training.beta", "data.datasets[0].name"}
+
+
+def test_all_problems_reported_at_once():
+    raw = {"data": {"datasets": [{"name": "a"}]}, "model": {"base_model_name": "x"}}
+    with pytest.raises(RecipeError) as e:
+        apply_overrides(raw, ["data.datasets[5].name=x", "model.base_model_name[0]=y", "nokey", "a..b=1"])
+    text = str(e.value)
+    assert "4 problems" in text
+    assert "index 5 is out of range: the list has 1 item(s)" in text
+    assert "model.base_model_name is not a list" in text
+    assert "must look like key.path=value" in text
+    assert "malformed key path 'a..b'" in text

@@ -1,0 +1,79 @@
+"""Recipe errors name the key path and its source, say what is wrong, and suggest a fix."""
+
+import pytest
+
+from posttrain.recipe.errors import RecipeError
+from posttrain.recipe.load import differences, load_recipe, resolved_dict
+
+
+def recipe(**sections) -> dict:
+    raw = {
+        "model": {"base_model_name": "tiny:qwen2"},
+        "data": {"datasets": [{"name": "train.jsonl"}]},
+        "training": {"algorithm": "sft", "output_dir": "out"},
+    }
+    for name, value in sections.items():
+        raw[name] = value if not isinstance(value, dict) or name not in raw else {**raw[name], **value}
+    return raw
+
+
+def error_of(raw, overrides=()) -> str:
+    with pytest.raises(RecipeError) as e:
+        load_recipe(None, overrides, raw=raw)
+    return str(e.value)
+
+
+@pytest.mark.parametrize(
+    "raw, overrides, expected",
+    [
+        (recipe(modle={}), (), ["modle", "unknown key 'modle'", "Did you mean 'model'?"]),
+        (recipe(model={"lora_rr": 8}), (), ["model.lora_rr", "Did you mean 'lora_r'"]),
+        (recipe(), ["data.datasets[0].promt_column=q"], ["data.datasets[0].promt_column (from override)", "Did you mean 'prompt_column'"]),
+        (recipe(training={"learning_rat": 1e-5}), (), ["training.learning_rat", "Did you mean 'learning_rate'?", "SFTConfig"]),
+        (recipe(training={"max_steps": "ten"}), (), ["training.max_steps", "'ten' (str) is not valid: expected integer"]),
+        (recipe(training={"eval_strategy": "step"}), (), ["training.eval_strategy", "choose one of 'no', 'steps' or 'epoch'", "Did you mean 'steps'?"]),
+        (recipe(training={"algorithm": "sftt"}), (), ["training.algorithm", "'sftt' is not one posttrain runs", "Did you mean 'sft'?"]),
+        (recipe(training={"learning_rate": None}), (), ["training.learning_rate", "null is not valid"]),
+        (recipe(model={"lora_r": 0}), (), ["model.lora_r", "greater than or equal to 1"]),
+        (recipe(model={"load_in_4bit": True, "load_in_8bit": True, "use_lora": True}), (), ["model", "choose one"]),
+        (recipe(model={"load_in_4bit": True}), (), ["model", "set model.use_lora=true"]),
+        (recipe(wandb={"project": "x"}), (), ["wandb", "tracking: {provider: wandb"]),
+        (recipe(training={"max_prompt_length": 256}), (), ["training.max_prompt_length", "data.max_prompt_length"]),
+        (recipe(), ["data.datasets[0].name="], ["data.datasets[0].name (from override)", "at least 1 character"]),
+        (recipe(), ["model.use_lora=maybe"], ["model.use_lora", "'maybe' (str) is not valid: expected boolean"]),
+    ],
+    ids=lambda v: None,
+)
+def test_error_messages(raw, overrides, expected):
+    text = error_of(raw, overrides)
+    for piece in expected:
+        assert piece in text, f"{piece!r} not in:\n{text}"
+
+
+def test_missing_sections_and_algorithm_are_all_reported():
+    text = error_of({"model": {}, "training": {}})
+    assert "3 problems" in text
+    assert "model.base_model_name (from recipe): is required but missing. What to train" in text
+    assert "data (from recipe): is required but missing" in text
+    assert "training.algorithm is required: one of cpt, sft" in text
+
+
+def test_every_problem_at_once():
+    raw = recipe(model={"lora_rr": 3}, training={"learning_rat": 1, "max_steps": "x"})
+    assert "3 problems" in error_of(raw)
+
+
+def test_defaults_overrides_and_layers():
+    loaded = load_recipe(None, ["training.learning_rate=1e-4"], raw=recipe(training={"algorithm": "cpt", "max_steps": 5}))
+    layers = {path: layer for path, _value, _default, layer in differences(loaded)}
+    assert layers["training.learning_rate"] == "override"
+    assert layers["training.max_steps"] == "recipe"
+    assert layers["training.packing"] == "posttrain default"
+    assert loaded.recipe.training.learning_rate == 1e-4
+
+
+def test_resolved_recipe_redacts_secrets():
+    loaded = load_recipe(None, raw=recipe(tracking={"provider": "wandb", "api_key": "sk-SECRET-123"}, training={"hub_token": "hf_SECRET"}))
+    text = str(resolved_dict(loaded.recipe))
+    assert "SECRET" not in text
+    assert loaded.recipe.tracking.api_key.get_secret_value() == "sk-SECRET-123"

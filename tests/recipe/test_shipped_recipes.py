@@ -1,0 +1,24 @@
+"""Every recipe shipped under recipes/ (searched recursively) is valid; those for this machine pass preflight too."""
+
+from pathlib import Path
+
+import pytest
+
+from posttrain.recipe.load import load_recipe
+from posttrain.recipe.preflight import has_cuda, preflight
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPES = sorted((REPO / "recipes").rglob("*.yaml"))
+
+
+def test_recipes_exist():
+    assert len(RECIPES) >= 6
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: str(p.relative_to(REPO / "recipes")))
+def test_recipe_is_valid(path, monkeypatch):
+    monkeypatch.chdir(REPO)  # recipes name their data relative to the repository root
+    recipe = load_recipe(path).recipe
+    assert recipe.training.output_dir
+    if has_cuda() or not (recipe.model.load_in_4bit or recipe.model.load_in_8bit):
+        preflight(recipe)
