@@ -16,7 +16,7 @@ from posttrain.errors import UserError
 EXIT_BAD_INPUT = 2
 
 # Modules under posttrain.commands that add their own subcommands (generate, eval, compare, ...).
-COMMAND_MODULES: list[str] = []
+COMMAND_MODULES: list[str] = ["evaluate"]
 
 EPILOG_TRAIN = """\
 examples:
@@ -138,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     except (RecipeError, UserError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # output piped into `head`
+        return 0
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

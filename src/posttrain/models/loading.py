@@ -91,7 +91,10 @@ def load_model(model_cfg, device: DeviceInfo, *, trainable_adapter: bool = True)
             bnb_4bit_use_double_quant=model_cfg.bnb_4bit_use_double_quant,
             bnb_4bit_compute_dtype=dtype,
         )
-    tok_source = model_cfg.tokenizer_name or adapter_dir or source
+    # An adapter saved by a trainer carries its tokenizer (maybe with a changed template); one saved
+    # by bare PEFT does not, and then the base's is the right one.
+    has_own_tokenizer = adapter_dir is not None and (Path(adapter_dir) / "tokenizer_config.json").is_file()
+    tok_source = model_cfg.tokenizer_name or (adapter_dir if has_own_tokenizer else source)
     try:
         tokenizer = AutoTokenizer.from_pretrained(tok_source, trust_remote_code=model_cfg.trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(source, **kwargs)

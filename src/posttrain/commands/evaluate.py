@@ -1,0 +1,308 @@
+"""`posttrain eval` scores one model on a task; `posttrain compare` answers "did the change help?".
+
+    posttrain eval --model runs/sft-tiny --task arithmetic --n 100
+    posttrain compare --arm sft=runs/sft-lora --arm grpo=runs/grpo-lora --task gsm8k --n 500 --plot acc.png
+
+compare: every arm answers the identical items (same shuffle, greedy by default), then each pair
+of arms gets an exact McNemar test and a bootstrap CI of the accuracy difference. Arms expand:
+
+* PEFT adapters of one base model bring that base in as arm ``base`` (``--no-base`` to skip it),
+  so "adapter vs the model it started from" is always in the table;
+* a training run directory (one holding ``checkpoint-N`` folders) becomes one arm per checkpoint,
+  ``NAME@step-N``, plus ``NAME`` for its final model: accuracy over training steps.
+
+Generations are cached under ``OUT/cache`` (see posttrain.evaluation.runner): re-running with more
+items or another alpha regenerates nothing it already has. Only argparse and the standard library
+load at import; models load when an arm is first generated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from posttrain.errors import UserError
+
+ARM_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+CHECKPOINT_DIR = re.compile(r"checkpoint-(\d+)")
+BASE_ARM = "base"
+
+EPILOG = """\
+tasks: arithmetic (offline, generated), gsm8k, mmlu (hub, or --data FILE), custom (--data FILE)
+strict = the <answer> block equals gold (exactly the GRPO answer_match reward);
+loose  = the last number (mmlu: letter) anywhere equals gold, whatever the format.
+"""
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _shared_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", required=True, help="arithmetic | gsm8k | mmlu | custom")
+    p.add_argument("--n", type=int, default=None, help="evaluate the first N items after a shuffle seeded by --seed (default: all; arithmetic: 500)")
+    p.add_argument("--data", default=None, help="local .jsonl/.json/.csv/.parquet file instead of the hub (gsm8k: question/answer; mmlu: question/choices/answer; custom: see --prompt-column)")
+    p.add_argument("--prompt-column", default="prompt", help="custom task: column with the question text or chat messages (default: prompt)")
+    p.add_argument("--answer-column", default="answer", help="custom task: column with the numeric gold answer (default: answer)")
+    p.add_argument("--data-seed", type=int, default=None, help="arithmetic task: generator seed (default 1234; 0 is the training data's seed and is refused)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the item shuffle and of sampling (default 0)")
+    p.add_argument("--max-new-tokens", type=int, default=512, help="generation budget per answer, in tokens (default 512)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy, the default: deterministic answers make the paired test exact")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass when --temperature > 0 (default 1.0)")
+    p.add_argument("--batch-size", type=int, default=None, help="prompts per generation batch for local models (default: the engine's)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level of verdicts and 1 - level of the CIs (default 0.05)")
+    p.add_argument("--out", default=None, help="output directory (default runs/eval-TASK or runs/compare-TASK)")
+    p.add_argument("--cache-dir", default=None, help="generation cache (default OUT/cache); share one between commands to reuse generations")
+    p.add_argument("--no-cache", action="store_true", help="generate everything afresh (e.g. an API model re-published under the same name)")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw accuracy per arm with CI error bars (needs matplotlib)")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "eval", help="score one model on a task (strict/loose accuracy, format)",
+        description="Generate answers with one model for a task's items, score them, write OUT/samples.jsonl, "
+                    "OUT/summary.json and OUT/summary.md, and print the summary table.",
+        epilog=EPILOG + "\nexample:\n  posttrain eval --model tiny:qwen2-1m --task arithmetic --n 20 --max-new-tokens 32\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="hub id, local model or adapter dir, tiny:ARCH-SIZE, or an API/vLLM spec (openai:MODEL, vllm:PATH, ...)")
+    _shared_arguments(p)
+    p.set_defaults(func=cmd_eval)
+
+    p = subparsers.add_parser(
+        "compare", help="evaluate several models on identical items and test whether they differ",
+        description="Every arm answers the same items; prints per-arm accuracy and, for every pair of arms, the exact "
+                    "McNemar test with a bootstrap CI of the accuracy difference. Writes OUT/report.md, OUT/report.json "
+                    "and OUT/samples/ARM.jsonl.",
+        epilog=EPILOG + "\narms:\n  NAME=SPEC; adapters of one base add arm 'base' (unless --no-base); a run directory with\n"
+                        "  checkpoint-N folders adds NAME@step-N per checkpoint plus NAME for its final model.\n\n"
+                        "example:\n  posttrain compare --arm a=tiny:qwen2-1m --arm b=tiny:llama-1m --task arithmetic --n 50\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arm", action="append", required=True, metavar="NAME=SPEC", help="an arm to compare (repeat the flag)")
+    p.add_argument("--no-base", action="store_true", help="do not add the adapters' base model as arm 'base'")
+    _shared_arguments(p)
+    p.set_defaults(func=cmd_compare)
+
+
+# ---------------------------------------------------------------------------------------------
+# arms: NAME=SPEC, run-directory expansion, the base rule
+
+
+def parse_arm(text: str) -> tuple[str, str]:
+    name, sep, spec = text.partition("=")
+    name, spec = name.strip(), spec.strip()
+    if not sep or not name or not spec:
+        raise UserError(f"--arm {text!r}: expected NAME=SPEC, e.g. --arm sft=runs/sft or --arm base=Qwen/Qwen2.5-0.5B")
+    if not ARM_NAME.fullmatch(name):
+        raise UserError(f"--arm {text!r}: the name {name!r} may hold only letters, digits, '_', '.' and '-' "
+                        "(it names output files; '@' is reserved for checkpoint arms)")
+    _check_local(spec, f"--arm {text!r}")
+    return name, spec
+
+
+def _check_local(spec: str, where: str) -> None:
+    """A spec written as a path must exist: say so now, before any model loads."""
+    if spec.startswith((".", "/", "~")) and not Path(spec).expanduser().exists():
+        raise UserError(f"{where}: {spec} does not exist; give a model or adapter directory, a run directory, a hub id or tiny:ARCH-SIZE")
+
+
+def _is_model_dir(path: Path) -> bool:
+    return any((path / f).is_file() for f in ("config.json", "adapter_config.json")) or any(path.glob("*.safetensors"))
+
+
+def _final_step(run_dir: Path) -> int | str:
+    """The final model's training step from run_summary.json, or "final" when it is unknown."""
+    try:
+        return int(json.loads((run_dir / "run_summary.json").read_text())["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "final"
+
+
+def expand_arm(name: str, spec: str) -> tuple[list[dict], list[dict] | None]:
+    """Arms for one --arm, and the steps-table rows when ``spec`` is a run directory."""
+    path = Path(spec).expanduser()
+    found = sorted((int(m[1]), d) for d in path.glob("checkpoint-*") if d.is_dir() and (m := CHECKPOINT_DIR.fullmatch(d.name))) if path.is_dir() else []
+    if not found:
+        return [{"name": name, "spec": spec}], None
+    arms = [{"name": f"{name}@step-{step}", "spec": str(d)} for step, d in found]
+    steps = [{"step": step, "arm": f"{name}@step-{step}"} for step, _ in found]
+    if _is_model_dir(path):
+        arms.append({"name": name, "spec": spec})
+        steps.append({"step": _final_step(path), "arm": name})
+    return arms, steps
+
+
+def _adapter_base(spec: str) -> str | None:
+    from posttrain.models.loading import adapter_base
+
+    path = Path(spec).expanduser()
+    return adapter_base(str(path)) if path.is_dir() else None
+
+
+def _same_model(a: str, b: str) -> bool:
+    """Whether two specs name one model: the same path once resolved (a tiny: spec resolves to its
+    cache folder, which is what adapters trained on it record), or the same hub id."""
+    from posttrain.models.tiny import BUILDER_VERSION, cache_root, parse_tiny_spec
+
+    def canonical(spec: str) -> str:
+        if spec == "tiny" or spec.startswith("tiny:"):
+            arch, size = parse_tiny_spec(spec)
+            return str((cache_root() / "tiny" / f"{arch}-{size}-v{BUILDER_VERSION}").resolve())
+        path = Path(spec).expanduser()
+        return str(path.resolve()) if path.exists() else spec
+
+    return canonical(a) == canonical(b)
+
+
+def plan_arms(arm_args: list[str], no_base: bool = False) -> tuple[list[dict], dict[str, list[dict]]]:
+    """The arms to evaluate, in display order, and the steps tables of run directories.
+
+    Arms are ``{"name", "spec"}`` dicts. The base rule: when the adapter arms all name one base
+    model, that base joins first as arm ``base`` (unless ``no_base``, an arm already evaluates it,
+    or the name ``base`` is taken); runs made of adapters then show it as step 0.
+    """
+    arms: list[dict] = []
+    steps: dict[str, list[dict]] = {}
+    for text in arm_args:
+        name, spec = parse_arm(text)
+        expanded, run_steps = expand_arm(name, spec)
+        arms += expanded
+        if run_steps:
+            steps[name] = run_steps
+    names = [arm["name"] for arm in arms]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise UserError(f"--arm: the name {repeated[0]!r} is used twice; give every arm its own name")
+
+    bases = {arm["name"]: _adapter_base(arm["spec"]) for arm in arms}
+    distinct = {b for b in bases.values() if b is not None}
+    if len(distinct) > 1:
+        _log(f"note: the adapters name different base models ({', '.join(sorted(distinct))}); no 'base' arm added")
+    if len(distinct) == 1 and not no_base:
+        base = distinct.pop()
+        if BASE_ARM in names:
+            _log(f"note: an arm is already named '{BASE_ARM}'; the adapters' base {base} is not added again")
+        elif not any(_same_model(arm["spec"], base) for arm in arms):
+            arms.insert(0, {"name": BASE_ARM, "spec": base})
+            for group, rows in steps.items():
+                if all(bases[row["arm"]] is not None for row in rows):
+                    rows.insert(0, {"step": 0, "arm": BASE_ARM})
+    return arms, steps
+
+
+# ---------------------------------------------------------------------------------------------
+# running
+
+
+def _load_items(args) -> list[dict]:
+    from posttrain.evaluation.tasks import ARITHMETIC_SEED, load_task
+
+    if args.data is not None and not Path(args.data).expanduser().is_file():
+        raise UserError(f"--data {args.data}: no such file")
+    return load_task(args.task, n=args.n, seed=args.seed, data=args.data, prompt_column=args.prompt_column,
+                     answer_column=args.answer_column,
+                     data_seed=ARITHMETIC_SEED if args.data_seed is None else args.data_seed)
+
+
+def _check_plot_possible(args) -> None:
+    """Fail before generating, not after, when --plot cannot be drawn."""
+    if args.plot:
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            raise UserError(f"--plot {args.plot}: drawing needs matplotlib, which is not installed; run "
+                            "'pip install matplotlib', or drop --plot")
+
+
+def _sampling(args):
+    from posttrain.generation.base import SamplingParams
+
+    if args.max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens {args.max_new_tokens}: must be at least 1")
+    if args.temperature < 0 or not 0 < args.top_p <= 1:
+        raise UserError(f"--temperature {args.temperature} --top-p {args.top_p}: temperature must be >= 0 (0 = greedy), top-p in (0, 1]")
+    if not 0 < args.alpha < 1:
+        raise UserError(f"--alpha {args.alpha}: must be between 0 and 1 (0.05 is the usual choice)")
+    return SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed)
+
+
+def _settings(params) -> dict:
+    decoding = "greedy" if params.temperature == 0 else f"temperature={params.temperature} top_p={params.top_p}"
+    return {"decoding": decoding, "max_new_tokens": params.max_new_tokens, "seed": params.seed}
+
+
+def _run_arms(arms: list[dict], items: list[dict], params, args, out: Path) -> dict[str, list[dict]]:
+    from posttrain.evaluation.runner import LazyEngine, evaluate
+    from posttrain.generation.engines import make_engine
+
+    options = {} if args.batch_size is None else {"batch_size": args.batch_size}
+    cache_dir = None if args.no_cache else Path(args.cache_dir) if args.cache_dir else out / "cache"
+    results = {}
+    for arm in arms:
+        engine = LazyEngine(arm["spec"], lambda spec=arm["spec"]: make_engine(spec, **options))
+        _log(f"{arm['name']}: {arm['spec']} on {len(items)} items")
+        try:
+            results[arm["name"]] = evaluate(arm["name"], engine, items, params, cache_dir, log=_log)
+        finally:
+            engine.close()
+    return results
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+
+
+def _finish(report: dict, args, out: Path, name: str) -> None:
+    from posttrain.evaluation.report import plot_accuracy, render_markdown
+
+    import posttrain
+
+    report["invocation"] = {"command": " ".join(["posttrain", *sys.argv[1:]]), "posttrain": posttrain.__version__,
+                            "arguments": {k: v for k, v in vars(args).items() if k != "func"}}
+    markdown = render_markdown(report)
+    (out / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / f"{name}.md").write_text(markdown)
+    print(markdown)
+    written = [out / f"{name}.md", out / f"{name}.json"]
+    if args.plot:
+        plot_accuracy(report, args.plot)
+        written.append(Path(args.plot))
+    print("wrote " + ", ".join(map(str, written)))
+
+
+def cmd_eval(args) -> int:
+    from posttrain.evaluation.report import build_report
+
+    _check_local(args.model, "--model")
+    params = _sampling(args)
+    _check_plot_possible(args)
+    items = _load_items(args)
+    out = Path(args.out or f"runs/eval-{args.task}")
+    out.mkdir(parents=True, exist_ok=True)
+    arm = {"name": "model", "spec": args.model}
+    records = _run_arms([arm], items, params, args, out)
+    _write_jsonl(out / "samples.jsonl", records["model"])
+    report = build_report([arm], records, task=args.task, alpha=args.alpha, settings=_settings(params))
+    _finish(report, args, out, "summary")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from posttrain.evaluation.report import build_report
+
+    arms, steps = plan_arms(args.arm, no_base=args.no_base)
+    params = _sampling(args)
+    _check_plot_possible(args)
+    items = _load_items(args)
+    out = Path(args.out or f"runs/compare-{args.task}")
+    out.mkdir(parents=True, exist_ok=True)
+    _log("arms: " + ", ".join(f"{a['name']}={a['spec']}" for a in arms))
+    records = _run_arms(arms, items, params, args, out)
+    for name, rows in records.items():
+        _write_jsonl(out / "samples" / f"{name}.jsonl", rows)
+    report = build_report(arms, records, task=args.task, alpha=args.alpha, settings=_settings(params), steps=steps)
+    _finish(report, args, out, "report")
+    return 0

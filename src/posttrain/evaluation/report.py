@@ -1,0 +1,183 @@
+"""Turn per-sample records into the answer to "did the change really help?": tables and JSON.
+
+    report = build_report(arms, records_by_arm, task="gsm8k", alpha=0.05, settings={...})
+    print(render_markdown(report)); json.dumps(report)
+
+* Per arm: n, strict and loose accuracy with their count and a Wilson confidence interval, mean
+  format score, mean completion tokens, how many answers hit the token limit, failed requests.
+* Every pair of arms (A listed before B), for strict and for loose: ``fixed`` (A wrong, B right),
+  ``broken`` (A right, B wrong), the exact McNemar p-value on those discordant items, the verdict
+  at ``alpha`` and the paired bootstrap CI (level 1 - alpha) of the accuracy difference B - A
+  (``posttrain.evaluation.statistics``). Arms are paired item by item on ``id``.
+* Optionally accuracy over training steps, for arms that are checkpoints of one run.
+
+Every comparison is tested at ``alpha`` on its own; with many arms, expect about ``alpha`` of the
+"significant" verdicts between equally good models to be chance.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict
+from statistics import NormalDist, fmean
+
+from posttrain.errors import UserError
+from posttrain.evaluation.statistics import paired_comparison
+
+__all__ = ["METRICS", "build_report", "pairwise", "plot_accuracy", "render_markdown", "summarize_arm", "wilson_interval"]
+
+METRICS = ("strict", "loose")
+
+
+def wilson_interval(correct: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """Wilson score interval of one accuracy ``correct / n`` at level ``1 - alpha``.
+
+    Chosen over the normal approximation because it stays inside [0, 1] and is sensible at 0/n
+    and n/n, the common case for small evaluation sets.
+
+    >>> [round(x, 3) for x in wilson_interval(1, 8)]
+    [0.022, 0.471]
+    """
+    if n == 0:
+        return 0.0, 1.0
+    z = NormalDist().inv_cdf(1 - alpha / 2)
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def summarize_arm(arm: dict, records: list[dict], alpha: float = 0.05) -> dict:
+    """One row of the per-arm table; ``arm`` holds at least ``name`` and ``spec``."""
+    n = len(records)
+    row = {"arm": arm["name"], "spec": arm["spec"], "n": n}
+    for metric in METRICS:
+        correct = sum(bool(r[metric]) for r in records)
+        row[f"{metric}_correct"] = correct
+        row[f"{metric}_acc"] = correct / n if n else 0.0
+        row[f"{metric}_ci"] = list(wilson_interval(correct, n, alpha))
+    tokens = [r["completion_tokens"] for r in records if r["completion_tokens"] is not None]
+    row["format_mean"] = fmean(r["format"] for r in records) if n else 0.0
+    row["completion_tokens_mean"] = fmean(tokens) if tokens else None
+    row["truncated"] = sum(r["finish_reason"] == "length" for r in records)
+    row["errors"] = sum(r["finish_reason"] == "error" for r in records)
+    row["cached"] = sum(bool(r.get("cached")) for r in records)
+    return row
+
+
+def _paired_outcomes(a_name: str, a: list[dict], b_name: str, b: list[dict], metric: str) -> tuple[list[bool], list[bool]]:
+    by_id = {r["id"]: r for r in b}
+    if len(a) != len(b) or set(by_id) != {r["id"] for r in a}:
+        raise ValueError(f"arms {a_name!r} and {b_name!r} answered different items; a paired comparison needs the same ids")
+    return [bool(r[metric]) for r in a], [bool(by_id[r["id"]][metric]) for r in a]
+
+
+def pairwise(records_by_arm: dict[str, list[dict]], alpha: float = 0.05) -> list[dict]:
+    """Every pair (A before B in ``records_by_arm``'s order) x every metric: B compared with A."""
+    rows = []
+    for (a_name, a), (b_name, b) in itertools.combinations(records_by_arm.items(), 2):
+        for metric in METRICS:
+            xs, ys = _paired_outcomes(a_name, a, b_name, b, metric)
+            rows.append({"metric": metric, "arm_a": a_name, "arm_b": b_name, **asdict(paired_comparison(xs, ys, alpha))})
+    return rows
+
+
+def build_report(arms: list[dict], records_by_arm: dict[str, list[dict]], *, task: str, alpha: float,
+                 settings: dict, steps: dict[str, list[dict]] | None = None) -> dict:
+    """The whole report as JSON-ready data.
+
+    ``arms``: dicts with ``name`` and ``spec``, in display order. ``steps``: run name -> rows
+    ``{"step": int | "final", "arm": name}`` for accuracy over training steps.
+    """
+    if not 0 < alpha < 1:
+        raise UserError(f"--alpha {alpha}: must be between 0 and 1 (0.05 is the usual choice)")
+    summaries = [summarize_arm(arm, records_by_arm[arm["name"]], alpha) for arm in arms]
+    ordered = {arm["name"]: records_by_arm[arm["name"]] for arm in arms}
+    return {
+        "task": task,
+        "n": summaries[0]["n"] if summaries else 0,
+        "alpha": alpha,
+        "settings": settings,
+        "arms": summaries,
+        "comparisons": pairwise(ordered, alpha),
+        "steps": steps or {},
+    }
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _acc_cell(row: dict, metric: str) -> str:
+    low, high = row[f"{metric}_ci"]
+    return f"{_pct(row[f'{metric}_acc'])} ({row[f'{metric}_correct']}/{row['n']}) [{100 * low:.1f}, {100 * high:.1f}]"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(report: dict) -> str:
+    """The per-arm table, the paired-comparison table and (if any) the steps tables, as markdown."""
+    level = f"{100 * (1 - report['alpha']):g}%"
+    settings = ", ".join(f"{k}={v}" for k, v in report["settings"].items())
+    parts = [f"## {report['task']}: {report['n']} items ({settings})", ""]
+    arm_rows = [[
+        r["arm"] + (" (cached)" if r["cached"] == r["n"] and r["n"] else ""), f"`{r['spec']}`", r["n"],
+        _acc_cell(r, "strict"), _acc_cell(r, "loose"), f"{r['format_mean']:.2f}",
+        "-" if r["completion_tokens_mean"] is None else f"{r['completion_tokens_mean']:.1f}",
+        r["truncated"], r["errors"],
+    ] for r in report["arms"]]
+    parts += [_table(["arm", "model", "n", f"strict acc ({level} CI)", f"loose acc ({level} CI)", "format",
+                      "tokens", "hit max tokens", "errors"], arm_rows), ""]
+    parts += ["strict: the single <answer> block equals gold (what the GRPO answer_match reward pays for); "
+              "loose: the last number (mmlu: choice letter) anywhere equals gold, format ignored. "
+              "format: mean format_score in [0, 1].", ""]
+    for group, rows in report["steps"].items():
+        by_arm = {r["arm"]: r for r in report["arms"]}
+        parts += [f"### accuracy over training steps: {group}", ""]
+        parts += [_table(["step", "arm", "strict", "loose", "format"], [
+            [row["step"], row["arm"], _pct(by_arm[row["arm"]]["strict_acc"]), _pct(by_arm[row["arm"]]["loose_acc"]),
+             f"{by_arm[row['arm']]['format_mean']:.2f}"] for row in rows]), ""]
+    if report["comparisons"]:
+        parts += [f"## paired comparison: B against A on the same items (exact McNemar, alpha={report['alpha']:g})", ""]
+        parts += [_table(["metric", "A", "B", "acc A", "acc B", "B - A", f"{level} CI of B - A", "fixed", "broken",
+                          "p-value", "verdict"], [
+            [c["metric"], c["arm_a"], c["arm_b"], _pct(c["acc_a"]), _pct(c["acc_b"]), f"{100 * c['delta']:+.1f} pts",
+             f"[{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}]", c["fixed"], c["broken"], f"{c['p_value']:.3g}",
+             c["verdict"]] for c in report["comparisons"]]), ""]
+        parts += ["fixed: A wrong, B right; broken: A right, B wrong. Only these discordant items carry evidence; "
+                  "the verdict is significant when p < alpha. Each pair is tested on its own (no correction for "
+                  "multiple comparisons).", ""]
+    return "\n".join(parts)
+
+
+def plot_accuracy(report: dict, path: str) -> None:
+    """Bar chart of strict and loose accuracy per arm with their confidence intervals, saved to ``path``."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only: works without a display
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UserError(f"--plot {path}: drawing needs matplotlib, which is not installed; run "
+                        "'pip install matplotlib', or drop --plot (report.md and report.json have the numbers)") from None
+    arms = report["arms"]
+    width = 0.4
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(arms) + 1), 3.5))
+    for offset, metric in ((-width / 2, "strict"), (width / 2, "loose")):
+        acc = [100 * r[f"{metric}_acc"] for r in arms]
+        err = [[a - 100 * r[f"{metric}_ci"][0] for a, r in zip(acc, arms)],
+               [100 * r[f"{metric}_ci"][1] - a for a, r in zip(acc, arms)]]
+        ax.bar([i + offset for i in range(len(arms))], acc, width, yerr=err, capsize=3, label=metric)
+    ax.set_xticks(range(len(arms)), [r["arm"] for r in arms], rotation=30, ha="right")
+    ax.set_ylabel(f"accuracy (%), {100 * (1 - report['alpha']):g}% CI")
+    ax.set_ylim(0, 100)
+    ax.set_title(f"{report['task']}, n={report['n']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

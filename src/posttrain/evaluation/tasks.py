@@ -1,0 +1,288 @@
+"""Evaluation tasks: where the problems come from, how they are asked, what their gold answers are.
+
+    items = load_task("arithmetic", n=100)                     # offline, generated, seed 1234
+    items = load_task("gsm8k", n=200)                          # hub openai/gsm8k (main, test)
+    items = load_task("gsm8k", data="gsm8k_test.jsonl")        # local copy: question/answer columns
+    items = load_task("custom", data="my.csv", prompt_column="q", answer_column="a")
+
+Every item is a plain dict (JSON-ready, written into samples.jsonl):
+
+* ``id``     -- stable across runs, shuffles and ``--n``: the source's ``id`` column when it has one,
+  else ``<task>-<row index>``; paired statistics match arms on it.
+* ``prompt`` -- chat messages: the system prompt of ``prompts.py`` (the one GRPO trains with), then
+  the question.
+* ``gold``   -- the reference answer as a string: a number ("1400") or a choice letter ("B").
+* ``task``, ``scorer`` -- ``"number"`` or ``"choice"``: which comparison ``scoring.py`` applies.
+* metadata -- ``question``; ``choices`` and ``subject`` for mmlu.
+
+``n`` takes the first N items after a shuffle seeded by ``seed``: every arm of a comparison gets
+the identical items, and a smaller N is always a subset of a larger one with the same seed.
+Local files are .jsonl, .json (a list of objects), .csv or .parquet.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import json
+import random
+import string
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from posttrain.errors import UserError
+from posttrain.evaluation.prompts import choice_prompt, math_prompt
+from posttrain.rewards.answers import extract_gsm8k_gold, parse_number
+
+__all__ = ["ARITHMETIC_SEED", "TASKS", "Task", "TaskOptions", "get_task", "load_task", "read_rows", "select_items"]
+
+# The synthetic training data (posttrain.data.synthetic) is generated with seed 0. The arithmetic
+# task uses another seed AND drops any question found among the first TRAINING_PREFIX problems of
+# seed 0: distinct seeds alone do not make the sets disjoint, because the problem space is small
+# (a few hundred thousand questions) and random draws collide. problems(n, 0) for any
+# n <= TRAINING_PREFIX is a prefix of that stream, so no such training set shares a question.
+ARITHMETIC_SEED = 1234
+TRAINING_SEED = 0
+TRAINING_PREFIX = 10_000
+ARITHMETIC_DEFAULT_N = 500
+
+FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """What a task may need besides its name (the CLI's --data, --prompt-column, ...)."""
+
+    data: str | None = None  # local file instead of the hub (required by custom)
+    prompt_column: str = "prompt"  # custom only
+    answer_column: str = "answer"  # custom only
+    data_seed: int = ARITHMETIC_SEED  # arithmetic only: the generator's seed
+    n: int | None = None  # arithmetic only: how many problems to generate
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    scorer: str  # "number" | "choice"
+    summary: str  # one line for --help
+    load: Callable[[TaskOptions], list[dict]]
+
+
+# ---------------------------------------------------------------------------------------------
+# reading local files
+
+
+def read_rows(path: str, flag: str = "--data") -> list[dict]:
+    """All rows of a local .jsonl/.json/.csv/.parquet file as dicts; UserError naming the file otherwise."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise UserError(f"{flag} {path}: no such file. Give the path of a {'/'.join(FILE_SUFFIXES)} file.")
+    suffix = file.suffix.lower()
+    if suffix not in FILE_SUFFIXES:
+        raise UserError(f"{flag} {path}: unsupported file type {suffix or '(none)'!r}; use one of {', '.join(FILE_SUFFIXES)}")
+    try:
+        if suffix == ".jsonl":
+            rows = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+        elif suffix == ".json":
+            rows = json.loads(file.read_text(encoding="utf-8"))
+        elif suffix == ".csv":
+            with file.open(newline="", encoding="utf-8") as f:
+                rows = list(csv.DictReader(f))
+        else:
+            import pyarrow.parquet
+
+            rows = pyarrow.parquet.read_table(file).to_pylist()
+    except (ValueError, OSError, UnicodeDecodeError) as e:  # json, csv and pyarrow errors are ValueErrors
+        raise UserError(f"{flag} {path}: cannot read it as {suffix[1:]}: {e}") from None
+    except Exception as e:  # pyarrow raises its own error types for corrupt parquet
+        raise UserError(f"{flag} {path}: cannot read it as {suffix[1:]}: {type(e).__name__}: {e}") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise UserError(f"{flag} {path}: expected one object (row) per record, e.g. {{\"question\": ..., \"answer\": ...}}")
+    if not rows:
+        raise UserError(f"{flag} {path}: the file holds no rows")
+    return rows
+
+
+def _hub_rows(task: str, name: str, subset: str, split: str) -> list[dict]:
+    try:
+        import datasets
+
+        datasets.disable_progress_bars()
+        return datasets.load_dataset(name, subset, split=split).to_list()
+    except Exception as e:  # offline, unknown dataset, auth: datasets raises many kinds
+        raise UserError(
+            f"--task {task}: cannot load {name} (subset {subset}, split {split}) from the hub: "
+            f"{type(e).__name__}: {e}. Offline? Pass a local copy with --data FILE, "
+            "or use --task arithmetic, which needs no hub."
+        ) from None
+
+
+def _field(row: dict, column: str, index: int, source: str, hint: str = "") -> Any:
+    if column not in row or row[column] is None:
+        close = difflib.get_close_matches(column, [str(k) for k in row], n=1)
+        maybe = f" Did you mean {close[0]!r}?" if close else ""
+        raise UserError(f"{source}: row {index} has no {column!r} column (it has {sorted(map(str, row))}).{maybe}{hint}")
+    return row[column]
+
+
+def _row_id(row: dict, index: int, task: str) -> str:
+    return str(row["id"]) if row.get("id") not in (None, "") else f"{task}-{index}"
+
+
+def _number_gold(value: Any, index: int, source: str, column: str) -> str:
+    """The gold answer as a numeric string; a row whose answer is not one number is a data error."""
+    gold = extract_gsm8k_gold(str(value))
+    if parse_number(gold) is None:
+        raise UserError(
+            f"{source}: row {index}: {column} {str(value)[-60:]!r} does not end in a single number "
+            "(expected '42' or GSM8K's '... #### 42'); numeric scoring needs one"
+        )
+    return gold
+
+
+# ---------------------------------------------------------------------------------------------
+# the tasks
+
+
+def _gsm8k(opts: TaskOptions) -> list[dict]:
+    source = f"--data {opts.data}" if opts.data else "openai/gsm8k"
+    rows = read_rows(opts.data) if opts.data else _hub_rows("gsm8k", "openai/gsm8k", "main", "test")
+    items = []
+    for i, row in enumerate(rows):
+        question = str(_field(row, "question", i, source))
+        gold = _number_gold(_field(row, "answer", i, source), i, source, "answer")
+        items.append({"id": _row_id(row, i, "gsm8k"), "prompt": math_prompt(question), "gold": gold,
+                      "task": "gsm8k", "scorer": "number", "question": question})
+    return items
+
+
+def _choice_letter(answer: Any, n_choices: int, where: str) -> str:
+    """MMLU gold as a letter: the hub stores an index (2 -> "C"); files may store a letter or index."""
+    letters = string.ascii_uppercase[:n_choices]
+    if isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < n_choices:
+        return letters[answer]
+    if isinstance(answer, str):
+        text = answer.strip().upper()
+        if len(text) == 1 and text in letters:
+            return text
+        if text.isdigit() and int(text) < n_choices:
+            return letters[int(text)]
+    raise UserError(f"{where}: answer {answer!r} is neither a choice index 0-{n_choices - 1} nor a letter {letters[0]}-{letters[-1]}")
+
+
+def _choices(value: Any, where: str) -> list[str]:
+    if isinstance(value, str) and value.strip().startswith("["):  # CSV cells hold lists as JSON text
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+    if not isinstance(value, (list, tuple)) or not 2 <= len(value) <= 26:
+        raise UserError(f"{where}: choices must be a list of 2 to 26 options (in CSV, JSON text like [\"a\", \"b\"]), got {str(value)[:80]!r}")
+    return [str(c) for c in value]
+
+
+def _mmlu(opts: TaskOptions) -> list[dict]:
+    source = f"--data {opts.data}" if opts.data else "cais/mmlu"
+    rows = read_rows(opts.data) if opts.data else _hub_rows("mmlu", "cais/mmlu", "all", "test")
+    items = []
+    for i, row in enumerate(rows):
+        question = str(_field(row, "question", i, source))
+        choices = _choices(_field(row, "choices", i, source), f"{source}: row {i}")
+        gold = _choice_letter(_field(row, "answer", i, source), len(choices), f"{source}: row {i}")
+        items.append({"id": _row_id(row, i, "mmlu"), "prompt": choice_prompt(question, choices), "gold": gold,
+                      "task": "mmlu", "scorer": "choice", "question": question, "choices": choices,
+                      "subject": row.get("subject")})
+    return items
+
+
+def _arithmetic(opts: TaskOptions) -> list[dict]:
+    from posttrain.data.synthetic import problem, problems
+
+    if opts.data_seed == TRAINING_SEED:
+        raise UserError(f"--data-seed {TRAINING_SEED} is the seed of the synthetic training data; "
+                        f"evaluate on held-out problems with another seed (default {ARITHMETIC_SEED})")
+    seen = {p["question"] for p in problems(TRAINING_PREFIX, TRAINING_SEED)}
+    rng = random.Random(opts.data_seed)
+    wanted = opts.n or ARITHMETIC_DEFAULT_N
+    items: list[dict] = []
+    draws = 0
+    while len(items) < wanted:
+        p = problem(rng)
+        draws += 1
+        if p["question"] in seen:
+            continue  # a training question, or a repeat within this set
+        seen.add(p["question"])
+        items.append({"id": f"arithmetic-s{opts.data_seed}-{draws - 1}", "prompt": math_prompt(p["question"]),
+                      "gold": str(p["answer"]), "task": "arithmetic", "scorer": "number",
+                      "question": p["question"]})
+    return items
+
+
+def _custom(opts: TaskOptions) -> list[dict]:
+    if not opts.data:
+        raise UserError("--task custom needs --data FILE (.jsonl/.json/.csv/.parquet) with a prompt and an answer column")
+    source = f"--data {opts.data}"
+    rows = read_rows(opts.data)
+    items = []
+    for i, row in enumerate(rows):
+        prompt = _field(row, opts.prompt_column, i, source, " Name the column with --prompt-column.")
+        answer = _field(row, opts.answer_column, i, source, " Name the column with --answer-column.")
+        if isinstance(prompt, str):
+            question, messages = prompt, math_prompt(prompt)
+        elif isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt):
+            question, messages = str(prompt[-1]["content"]), prompt  # a chat is sent as written
+        else:
+            raise UserError(f"{source}: row {i}: {opts.prompt_column} must be text or a list of "
+                            "{\"role\": ..., \"content\": ...} messages")
+        gold = _number_gold(answer, i, source, opts.answer_column)
+        items.append({"id": _row_id(row, i, "custom"), "prompt": messages, "gold": gold,
+                      "task": "custom", "scorer": "number", "question": question})
+    return items
+
+
+TASKS: dict[str, Task] = {
+    t.name: t
+    for t in (
+        Task("arithmetic", "number", "offline generated word problems (seed 1234, disjoint from the seed-0 training data)", _arithmetic),
+        Task("gsm8k", "number", "GSM8K test set (hub openai/gsm8k, or --data FILE with question/answer columns)", _gsm8k),
+        Task("mmlu", "choice", "MMLU test set (hub cais/mmlu 'all', or --data FILE with question/choices/answer columns)", _mmlu),
+        Task("custom", "number", "any --data FILE with a prompt and a numeric answer column (--prompt-column, --answer-column)", _custom),
+    )
+}
+
+
+def get_task(name: str) -> Task:
+    if name not in TASKS:
+        close = difflib.get_close_matches(name, TASKS, n=1)
+        maybe = f" Did you mean {close[0]!r}?" if close else ""
+        raise UserError(f"--task {name}: unknown task.{maybe} Tasks: {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+def select_items(items: list[dict], n: int | None, seed: int) -> list[dict]:
+    """The first ``n`` items after a shuffle seeded by ``seed`` (all of them, shuffled, when n is None)."""
+    if n is not None and n < 1:
+        raise UserError(f"--n {n}: must be at least 1")
+    if n is not None and n > len(items):
+        raise UserError(f"--n {n}: the task has only {len(items)} items; use --n {len(items)} or less, or omit --n")
+    order = list(range(len(items)))
+    random.Random(seed).shuffle(order)
+    return [items[i] for i in order[: n if n is not None else len(items)]]
+
+
+def load_task(name: str, *, n: int | None = None, seed: int = 0, data: str | None = None,
+              prompt_column: str = "prompt", answer_column: str = "answer",
+              data_seed: int = ARITHMETIC_SEED) -> list[dict]:
+    """The items of task ``name`` (see the module docstring); UserError for any bad input."""
+    task = get_task(name)
+    if data is not None and name == "arithmetic":
+        raise UserError("--task arithmetic is generated and takes no --data; use --task custom or gsm8k for a file")
+    options = TaskOptions(data=data, prompt_column=prompt_column, answer_column=answer_column, data_seed=data_seed, n=n)
+    items = task.load(options)
+    repeated = [i for i, count in Counter(item["id"] for item in items).items() if count > 1]
+    if repeated:
+        duplicate = repeated[0]
+        raise UserError(f"--task {name}: id {duplicate!r} appears more than once; ids must be unique to pair arms")
+    return select_items(items, n, seed)

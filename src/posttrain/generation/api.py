@@ -1,0 +1,359 @@
+"""Generation through HTTP APIs: OpenAI (and any OpenAI-compatible server), Anthropic, Gemini.
+
+Standard library only (urllib + a thread pool): one request per prompt, at most `max_workers` in
+flight. What every provider shares lives in `HTTPEngine`:
+
+- retries: 429, 5xx, connection errors and timeouts are retried up to `max_retries` times with
+  exponential backoff and full jitter (delay uniform in [0, min(backoff_max, backoff_base * 2^k)]);
+  a Retry-After header (seconds or an HTTP date) is honoured as a lower bound on the wait, capped
+  at backoff_max (an hour-long Retry-After would otherwise stall the whole run silently). Other
+  4xx answers (bad request, unknown model) are not retried: they would fail the same way again.
+- failures: `on_error="fail"` raises UserError on the first request that still fails after its
+  retries (outstanding requests are cancelled); `"continue"` records it as
+  Completion(text="", finish_reason="error", error=message) and goes on. 401/403 (a bad key) stop
+  the run under either policy: every other request would fail the same way.
+- timeout: seconds a request may wait for the server (connect, or between bytes of the answer).
+- keys: passed explicitly, or read from the environment (the provider's usual variable, or the one
+  named by `api_key_env`). A key is kept in a `Secret` whose repr is masked, sent only in a header
+  (never in a URL, so it cannot reach logged URLs), and scrubbed from every error message, including
+  provider answers that echo it back.
+
+Plain-string prompts become one user message; chats are sent as they are (system messages go to
+the provider's system field where it has one). Token counts come from the provider's usage fields.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import http.client
+import json
+import os
+import random
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+from posttrain.errors import UserError
+from posttrain.generation.base import Completion, Prompt, SamplingParams
+
+ON_ERROR_CHOICES = ("fail", "continue")
+RETRYABLE_STATUS = {408, 429} | set(range(500, 600))
+AUTH_STATUS = {401, 403}
+
+
+class Secret:
+    """An API key that never shows itself in repr/str/format; `reveal()` is for the header only."""
+
+    def __init__(self, value: str):
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def scrub(self, text: str) -> str:
+        """`text` with every occurrence of the key replaced by ***."""
+        return text.replace(self._value, "***") if self._value else text
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+
+class RequestFailed(Exception):
+    """One request failed for good; `fatal` means no other request can succeed either."""
+
+    def __init__(self, message: str, fatal: bool = False):
+        super().__init__(message)
+        self.fatal = fatal
+
+
+class HTTPEngine:
+    """Shared machinery of the API engines; a provider defines the URL, headers, body and parsing.
+
+    model: the provider's model name. base_url: the API root (default: the provider's).
+    api_key: the key itself; api_key_env: the environment variable that holds it (default: the
+    provider's usual one). max_workers: requests in flight at once. timeout: seconds per request
+    (see the module docstring). max_retries: retries after the first attempt. backoff_base /
+    backoff_max: seconds, see the module docstring. on_error: "fail" or "continue".
+    """
+
+    provider = ""  # the spec prefix: openai, anthropic, gemini
+    default_base_url = ""
+    default_key_env = ""
+    key_required_for_custom_url = True
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
+                 api_key_env: str | None = None, max_workers: int = 8, timeout: float = 60.0,
+                 max_retries: int = 5, backoff_base: float = 1.0, backoff_max: float = 60.0,
+                 on_error: str = "fail", progress: bool = True):
+        if on_error not in ON_ERROR_CHOICES:
+            raise UserError(f"on_error must be one of {ON_ERROR_CHOICES}, got {on_error!r}")
+        if max_workers < 1 or max_retries < 0 or timeout <= 0:
+            raise UserError(f"{self.provider}: need max_workers >= 1, max_retries >= 0 and timeout > 0; got {max_workers}, {max_retries}, {timeout}")
+        self.model = model
+        self.name = f"{self.provider}:{model}"
+        self.base_url = (base_url or self.default_base_url).rstrip("/")
+        self.key = Secret(self._find_key(api_key, api_key_env))
+        self.max_workers = max_workers
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.on_error = on_error
+        self.progress = progress
+
+    def _find_key(self, api_key: str | None, api_key_env: str | None) -> str:
+        """The key (surrounding whitespace stripped: a newline from `$(cat keyfile)` would make an
+        invalid header), or "" where a custom server may need none."""
+        env = api_key_env or self.default_key_env
+        value = (api_key or os.environ.get(env, "")).strip()
+        if value or (not api_key_env and self.base_url != self.default_base_url and not self.key_required_for_custom_url):
+            return value
+        hint = "" if api_key_env else " (or name another variable with --api-key-env)"
+        raise UserError(f"{self.name}: no API key: the environment variable {env} is not set or empty{hint}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r}, key={self.key!r})"
+
+    # -- provider hooks ---------------------------------------------------------------------------
+    def request(self, messages: list[dict], params: SamplingParams) -> tuple[str, dict, dict]:
+        """(url, headers without content-type, JSON body) for one chat."""
+        raise NotImplementedError
+
+    def parse(self, answer: dict) -> Completion:
+        """A Completion from the provider's JSON answer."""
+        raise NotImplementedError
+
+    def error_message(self, answer_text: str) -> str:
+        """The human part of an error answer (providers nest it under error.message)."""
+        try:
+            error = json.loads(answer_text).get("error")
+            return error.get("message", str(error)) if isinstance(error, dict) else str(error or answer_text)
+        except (ValueError, AttributeError):
+            return answer_text[:500]
+
+    # -- shared machinery -------------------------------------------------------------------------
+    def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
+        from tqdm.auto import tqdm
+
+        results: list[Completion | None] = [None] * len(prompts)
+        bar = tqdm(total=len(prompts), desc=f"generate {self.name}", unit="req", disable=not self.progress)
+        lock = threading.Lock()
+
+        def one(i: int) -> None:
+            results[i] = self._complete(prompts[i], params)
+            with lock:
+                bar.update(1)
+
+        pool = ThreadPoolExecutor(max_workers=self.max_workers)
+        try:
+            futures = [pool.submit(one, i) for i in range(len(prompts))]
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            for future in done:
+                if future.exception() is not None:
+                    raise future.exception()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            bar.close()
+        return results
+
+    def _complete(self, prompt: Prompt, params: SamplingParams) -> Completion:
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        try:
+            return self._send_with_retries(messages, params)
+        except RequestFailed as e:
+            if self.on_error == "fail" or e.fatal:
+                raise UserError(str(e)) from None
+            return Completion(text="", finish_reason="error", error=str(e))
+
+    def _send_with_retries(self, messages: list[dict], params: SamplingParams) -> Completion:
+        url, headers, body = self.request(messages, params)
+        data = json.dumps(body).encode()
+        headers = {**headers, "content-type": "application/json"}
+        for attempt in range(self.max_retries + 1):
+            retry_after = None
+            try:
+                req = urllib.request.Request(url, data=data, headers=headers, method="POST")
+                with urllib.request.urlopen(req, timeout=self.timeout) as response:
+                    raw = response.read()
+                return self._parsed(raw, attempt)
+            except urllib.error.HTTPError as e:
+                problem = f"HTTP {e.code}: {self.error_message(e.read().decode('utf-8', 'replace'))}"
+                if e.code in AUTH_STATUS:
+                    raise self._failed(f"{problem}; check the API key", attempt, fatal=True) from None
+                if e.code not in RETRYABLE_STATUS:
+                    raise self._failed(problem, attempt) from None
+                retry_after = parse_retry_after(e.headers.get("Retry-After"))
+            except (TimeoutError, socket.timeout):
+                problem = f"no answer within the timeout of {self.timeout} s (raise --timeout if the model is slow)"
+            except (urllib.error.URLError, ConnectionError, http.client.HTTPException) as e:
+                problem = f"connection failed: {getattr(e, 'reason', None) or type(e).__name__ + ': ' + str(e)}"
+            if attempt == self.max_retries:
+                raise self._failed(problem, attempt)
+            time.sleep(self._delay(attempt, retry_after))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _parsed(self, raw: bytes, attempt: int) -> Completion:
+        try:
+            completion = self.parse(json.loads(raw))
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+            raise self._failed(f"unexpected answer ({type(e).__name__}: {e}): {raw[:300]!r}", attempt) from None
+        completion.extra["attempts"] = attempt + 1
+        return completion
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        jittered = random.uniform(0, min(self.backoff_max, self.backoff_base * 2 ** attempt))
+        return jittered if retry_after is None else max(min(retry_after, self.backoff_max), jittered)
+
+    def _failed(self, problem: str, attempt: int, fatal: bool = False) -> RequestFailed:
+        tries = f"{attempt + 1} attempt{'s' if attempt else ''}"
+        return RequestFailed(self.key.scrub(f"{self.name} at {self.base_url}: {problem} ({tries})"), fatal)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a Retry-After header: a number of seconds or an HTTP date."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def text_of(content) -> str:
+    """The text of a message content: a string, or a list of parts of which the text ones count."""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content or [] if isinstance(part, dict) and part.get("type", "text") == "text")
+
+
+def split_system(messages: list[dict]) -> tuple[str | None, list[dict]]:
+    """(the system text or None, the other messages), for APIs with a separate system field."""
+    system = [text_of(m["content"]) for m in messages if m.get("role") == "system"]
+    return ("\n\n".join(system) if system else None), [m for m in messages if m.get("role") != "system"]
+
+
+def normalized_finish(raw: str | None, length_values: set[str], stop_values: set[str]) -> str | None:
+    """Map a provider's stop reason onto "stop" / "length"; anything else is kept lower-cased."""
+    if raw is None:
+        return None
+    return "length" if raw in length_values else "stop" if raw in stop_values else raw.lower()
+
+
+class OpenAIEngine(HTTPEngine):
+    """Chat Completions (POST {base_url}/chat/completions, `Authorization: Bearer KEY`).
+
+    Works with any OpenAI-compatible server (vLLM, SGLang, llama.cpp, TGI) through base_url; such a
+    server may need no key, so a missing key is an error only for the official URL.
+    max_tokens_field: OpenAI's reasoning models accept only "max_completion_tokens", while many
+    compatible servers know only "max_tokens"; None picks the first for api.openai.com, the second
+    elsewhere.
+    """
+
+    provider = "openai"
+    default_base_url = "https://api.openai.com/v1"
+    default_key_env = "OPENAI_API_KEY"
+    key_required_for_custom_url = False
+
+    def __init__(self, model: str, *, max_tokens_field: str | None = None, **options):
+        super().__init__(model, **options)
+        official = self.base_url == self.default_base_url
+        self.max_tokens_field = max_tokens_field or ("max_completion_tokens" if official else "max_tokens")
+
+    def request(self, messages, params):
+        headers = {"authorization": f"Bearer {self.key.reveal()}"} if self.key.reveal() else {}
+        body = {"model": self.model, "messages": messages, self.max_tokens_field: params.max_new_tokens,
+                "temperature": params.temperature, "top_p": params.top_p, "seed": params.seed, "n": 1}
+        return f"{self.base_url}/chat/completions", headers, body
+
+    def parse(self, answer):
+        choice = answer["choices"][0]
+        usage = answer.get("usage") or {}
+        return Completion(
+            text=choice["message"].get("content") or "",
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+            finish_reason=normalized_finish(choice.get("finish_reason"), {"length"}, {"stop"}),
+        )
+
+
+class AnthropicEngine(HTTPEngine):
+    """Messages API (POST {base_url}/messages, `x-api-key`, `anthropic-version`).
+
+    System messages go to the top-level `system` field. top_p is sent only when it is not 1:
+    recent Claude models reject temperature and top_p together.
+    """
+
+    provider = "anthropic"
+    default_base_url = "https://api.anthropic.com/v1"
+    default_key_env = "ANTHROPIC_API_KEY"
+    api_version = "2023-06-01"
+
+    def request(self, messages, params):
+        system, turns = split_system(messages)
+        body = {"model": self.model, "messages": turns, "max_tokens": params.max_new_tokens, "temperature": params.temperature}
+        if system is not None:
+            body["system"] = system
+        if params.top_p != 1.0:
+            body["top_p"] = params.top_p
+        headers = {"x-api-key": self.key.reveal(), "anthropic-version": self.api_version}
+        return f"{self.base_url}/messages", headers, body
+
+    def parse(self, answer):
+        usage = answer.get("usage") or {}
+        return Completion(
+            text="".join(block.get("text", "") for block in answer.get("content", []) if block.get("type") == "text"),
+            prompt_tokens=usage.get("input_tokens"),
+            completion_tokens=usage.get("output_tokens"),
+            finish_reason=normalized_finish(answer.get("stop_reason"), {"max_tokens"}, {"end_turn", "stop_sequence"}),
+        )
+
+
+class GeminiEngine(HTTPEngine):
+    """generateContent (POST {base_url}/models/MODEL:generateContent, key in `x-goog-api-key`).
+
+    The key goes in the header, not in the documented `?key=` query parameter, so it never appears
+    in a URL that something might log. Assistant turns take Gemini's role name "model".
+    Thinking tokens (Gemini 2.5) are reported in extra["thoughts_tokens"], not in completion_tokens.
+    """
+
+    provider = "gemini"
+    default_base_url = "https://generativelanguage.googleapis.com/v1beta"
+    default_key_env = "GEMINI_API_KEY"
+
+    def request(self, messages, params):
+        system, turns = split_system(messages)
+        body = {
+            "contents": [{"role": "model" if m["role"] == "assistant" else "user", "parts": [{"text": text_of(m["content"])}]} for m in turns],
+            "generationConfig": {"maxOutputTokens": params.max_new_tokens, "temperature": params.temperature,
+                                 "topP": params.top_p, "seed": params.seed},
+        }
+        if system is not None:
+            body["systemInstruction"] = {"parts": [{"text": system}]}
+        return f"{self.base_url}/models/{self.model}:generateContent", {"x-goog-api-key": self.key.reveal()}, body
+
+    def parse(self, answer):
+        candidates = answer.get("candidates") or []
+        if not candidates:  # the prompt itself was blocked
+            reason = (answer.get("promptFeedback") or {}).get("blockReason", "no candidates")
+            return Completion(text="", finish_reason=str(reason).lower(), extra={"prompt_feedback": answer.get("promptFeedback")})
+        candidate = candidates[0]
+        usage = answer.get("usageMetadata") or {}
+        return Completion(
+            text="".join(part.get("text", "") for part in (candidate.get("content") or {}).get("parts", []) if not part.get("thought")),
+            prompt_tokens=usage.get("promptTokenCount"),
+            completion_tokens=usage.get("candidatesTokenCount", 0 if usage else None),
+            finish_reason=normalized_finish(candidate.get("finishReason"), {"MAX_TOKENS"}, {"STOP"}),
+            extra={"thoughts_tokens": usage["thoughtsTokenCount"]} if "thoughtsTokenCount" in usage else {},
+        )
+
+
+API_ENGINES: dict[str, type[HTTPEngine]] = {e.provider: e for e in (OpenAIEngine, AnthropicEngine, GeminiEngine)}

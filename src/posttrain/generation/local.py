@@ -1,0 +1,228 @@
+"""Batched generation with transformers on the local machine (CPU, CUDA or MPS).
+
+    engine = TransformersEngine("tiny:qwen2-1m", batch_size=16)
+    completions = engine.generate(["2 + 3 =", [{"role": "user", "content": "Hi"}]], SamplingParams())
+
+What makes batching both fast and exact:
+- prompts are sorted by token length, so a batch holds similar lengths and pads little; results
+  come back in the caller's order;
+- padding is on the left and the attention mask marks it; transformers derives position ids from
+  that mask and keeps a KV cache, so under greedy decoding a batched prompt yields the same tokens
+  as the prompt alone (checked by `tests/generation/test_local_engine.py`; in float32 — bf16 on a
+  GPU may flip near-tied argmaxes);
+- decoding uses exactly the `SamplingParams` given (greedy when temperature is 0, else
+  temperature + top-p sampling, no top-k). The model's own generation_config contributes only its
+  stop tokens: a checkpoint's sampling defaults (Qwen ships top_k=20, repetition_penalty=1.05)
+  would otherwise make the same params mean different things on different models and engines.
+
+A model spec is a hub id, a local model directory, a PEFT adapter directory or `tiny:...`.
+Adapters are loaded onto their base and merged for speed. Adapters that carry full embedding /
+lm_head matrices with more rows than the base (another tool added tokens and resized the
+vocabulary) are detected from the safetensors header, and the base is resized to that row count
+before the adapter loads; without this PEFT fails with a size-mismatch error.
+
+torch and transformers are imported inside functions: importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from posttrain.errors import UserError
+from posttrain.generation.base import Completion, Prompt, SamplingParams
+from posttrain.models.checkpoint_report import read_header, tensor_group
+from posttrain.models.loading import DeviceInfo, adapter_base, resolve_source, torch_dtype
+from posttrain.models.tokenizer_rules import ensure_pad_token
+
+
+class TransformersEngine:
+    """Generate with a transformers causal LM, batch_size prompts at a time.
+
+    model_spec: hub id, local dir, PEFT adapter dir or `tiny:ARCH-SIZE`.
+    device: "cuda", "mps", "cpu" or None (the best one available).
+    dtype: "auto" (bf16 on a bf16-capable GPU, float32 elsewhere) or a torch dtype name.
+    use_chat_template: wrap plain-string prompts as one user turn in the tokenizer's chat template
+        (when it has one); False sends them raw. Chat prompts always use the template.
+    progress: show a tqdm bar over batches (on stderr).
+    """
+
+    def __init__(self, model_spec: str, *, batch_size: int = 16, device: str | None = None, dtype: str = "auto",
+                 use_chat_template: bool = True, progress: bool = True):
+        if batch_size < 1:
+            raise UserError(f"batch_size must be at least 1, got {batch_size}")
+        self.name = model_spec
+        self.batch_size = batch_size
+        self.use_chat_template = use_chat_template
+        self.progress = progress
+        self.model, self.tokenizer, self.stop_token_ids, self.notes = load_for_generation(model_spec, device, dtype)
+
+    def __repr__(self) -> str:
+        return f"TransformersEngine({self.name!r}, batch_size={self.batch_size})"
+
+    def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
+        """One Completion per prompt, in the order given. Sampling is seeded with params.seed
+        (without disturbing the caller's RNG), so the same prompts, params and batch size give the
+        same samples."""
+        import torch
+        from tqdm.auto import tqdm
+
+        check_params(params)
+        encoded = [encode_prompt(self.tokenizer, p, self.use_chat_template) for p in prompts]
+        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
+        batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        config = self._generation_config(params)
+        results: list[Completion | None] = [None] * len(prompts)
+        devices = [self.model.device] if self.model.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            torch.manual_seed(params.seed)
+            for batch in tqdm(batches, desc=f"generate {self.name}", unit="batch", disable=not self.progress):
+                outputs = self._generate_batch([encoded[i] for i in batch], config)
+                for i, completion in zip(batch, outputs):
+                    results[i] = completion
+        return results
+
+    def _generation_config(self, params: SamplingParams):
+        from transformers import GenerationConfig
+
+        sampling = dict(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
+        return GenerationConfig(
+            max_new_tokens=params.max_new_tokens,
+            eos_token_id=self.stop_token_ids,
+            pad_token_id=self.tokenizer.pad_token_id,
+            **(sampling if params.temperature > 0 else dict(do_sample=False)),
+        )
+
+    def _generate_batch(self, batch_ids: list[list[int]], config) -> list[Completion]:
+        import torch
+
+        width = max(len(ids) for ids in batch_ids)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch_ids], device=self.model.device)
+        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch_ids], device=self.model.device)
+        out = self.model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config)
+        return [self._completion(row[width:].tolist(), len(ids)) for row, ids in zip(out, batch_ids)]
+
+    def _completion(self, new_ids: list[int], prompt_tokens: int) -> Completion:
+        """Cut at the first stop token (a finished row is padded to the batch's length after it).
+        The stop token counts as generated, as providers count it, but is not part of the text."""
+        stop = next((k for k, t in enumerate(new_ids) if t in self.stop_token_ids), None)
+        kept = new_ids if stop is None else new_ids[:stop]
+        return Completion(
+            text=self.tokenizer.decode(kept, skip_special_tokens=True),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=len(new_ids) if stop is None else stop + 1,
+            finish_reason="length" if stop is None else "stop",
+        )
+
+
+def check_params(params: SamplingParams) -> None:
+    """Reject sampling values no engine can honour, naming the value and the valid range."""
+    if params.max_new_tokens < 1:
+        raise UserError(f"max_new_tokens must be at least 1, got {params.max_new_tokens}")
+    if params.temperature < 0:
+        raise UserError(f"temperature must be >= 0 (0 = greedy), got {params.temperature}")
+    if not 0 < params.top_p <= 1:
+        raise UserError(f"top_p must be in (0, 1], got {params.top_p}")
+
+
+def encode_prompt(tokenizer, prompt: Prompt, use_chat_template: bool) -> list[int]:
+    """Token ids for one prompt. Chats are rendered with the chat template and the generation
+    prompt; the rendered text already holds any bos the template wants, so no special tokens are
+    added again. Raw strings get the tokenizer's usual special tokens (e.g. Llama's bos)."""
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if isinstance(prompt, str) and not (use_chat_template and has_template):
+        return tokenizer(prompt, add_special_tokens=True)["input_ids"]
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    if not has_template:
+        raise UserError(
+            f"a chat prompt was given but the tokenizer of {tokenizer.name_or_path!r} has no chat template; "
+            "give plain-string prompts or a model whose tokenizer defines chat_template"
+        )
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def load_for_generation(model_spec: str, device: str | None, dtype: str):
+    """(model in eval mode, tokenizer with a pad token, stop token ids, notes for the log)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    if device is None:
+        info = DeviceInfo.detect()
+        device = info.kind
+    else:
+        kind = device.split(":")[0]
+        info = DeviceInfo(kind, kind == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    source = resolve_source(model_spec)
+    adapter_dir = None
+    base = adapter_base(source) if Path(source).is_dir() else None
+    if base is not None:
+        adapter_dir, source = source, resolve_source(base)
+    tokenizer_dir = adapter_dir if adapter_dir and (Path(adapter_dir) / "tokenizer_config.json").is_file() else source
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype(dtype, info))
+    except OSError as e:
+        raise UserError(f"cannot load model {model_spec!r} (from {source!r}): {e}") from None
+    notes = [f"model: {source} ({model.dtype}, {info.kind})", ensure_pad_token(tokenizer)]
+    if adapter_dir is not None:
+        model, note = attach_adapter(model, adapter_dir)
+        notes.append(note)
+    stop_ids = stop_token_ids(model.generation_config, tokenizer)
+    # Only the stop tokens survive from the checkpoint's generation config: see the module docstring.
+    model.generation_config = GenerationConfig(
+        bos_token_id=model.generation_config.bos_token_id, eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id
+    )
+    return model.to(device).eval(), tokenizer, stop_ids, notes
+
+
+def stop_token_ids(generation_config, tokenizer) -> list[int]:
+    """The tokenizer's eos plus every eos of the model's generation config (e.g. <|im_end|>)."""
+    ids = generation_config.eos_token_id
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    if not ids:
+        raise UserError(f"{tokenizer.name_or_path!r}: neither the tokenizer nor the generation config names an eos token, so generation could never stop early")
+    return ids
+
+
+def adapter_vocab_rows(adapter_dir: str) -> int | None:
+    """Rows of the full embedding / lm_head matrices an adapter carries, or None if it has none.
+
+    Read from the safetensors header only. LoRA A/B factors are not counted: their shapes follow
+    the base matrix and the rank, they never set the vocabulary size on their own.
+    """
+    rows = set()
+    for file in sorted(Path(adapter_dir).glob("*.safetensors")):
+        for name, info in read_header(file).items():
+            if tensor_group(name) in ("embeddings", "lm_head"):
+                rows.add(info["shape"][0])
+    if len(rows) > 1:
+        raise UserError(f"adapter {adapter_dir}: its embedding and lm_head matrices disagree on the vocabulary size ({sorted(rows)} rows); the adapter is inconsistent, re-save it")
+    return rows.pop() if rows else None
+
+
+def attach_adapter(model, adapter_dir: str):
+    """Load a PEFT adapter onto `model` (resizing the vocabulary first if the adapter needs it),
+    merge it for faster generation; return (model, note for the log)."""
+    from peft import PeftModel
+
+    base_rows = model.get_input_embeddings().weight.shape[0]
+    rows = adapter_vocab_rows(adapter_dir)
+    note = f"adapter: {adapter_dir} (merged)"
+    if rows is not None and rows != base_rows:
+        if rows < base_rows:
+            raise UserError(
+                f"adapter {adapter_dir} carries embeddings with {rows} rows but its base {model.name_or_path!r} has "
+                f"{base_rows}: the adapter was trained on a different base model; check base_model_name_or_path in "
+                f"{Path(adapter_dir) / 'adapter_config.json'}"
+            )
+        # The adapter's own matrices overwrite every row, so the new rows need no careful init.
+        model.resize_token_embeddings(rows, mean_resizing=False)
+        note += f"; base vocabulary resized from {base_rows} to {rows} rows to match the adapter's embeddings"
+    try:
+        model = PeftModel.from_pretrained(model, adapter_dir)
+    except (RuntimeError, ValueError) as e:
+        raise UserError(f"cannot load adapter {adapter_dir} onto {model.name_or_path!r}: {e}") from None
+    return model.merge_and_unload(), note
