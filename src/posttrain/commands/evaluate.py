@@ -63,7 +63,7 @@ def _shared_arguments(p: argparse.ArgumentParser) -> None:
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "eval", help="score one model on a task (strict/loose accuracy, format)",
-        description="Generate answers with one model for a task's items, score them, write OUT/samples.jsonl, "
+        description="Generate answers with one model for a task's items, score them, write OUT/samples.jsonl,\n"
                     "OUT/summary.json and OUT/summary.md, and print the summary table.",
         epilog=EPILOG + "\nexample:\n  posttrain eval --model tiny:qwen2-1m --task arithmetic --n 20 --max-new-tokens 32\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -73,9 +73,9 @@ def add_parser(subparsers) -> None:
 
     p = subparsers.add_parser(
         "compare", help="evaluate several models on identical items and test whether they differ",
-        description="Every arm answers the same items; prints per-arm accuracy and, for every pair of arms, the exact "
-                    "McNemar test with a bootstrap CI of the accuracy difference. Writes OUT/report.md, OUT/report.json "
-                    "and OUT/samples/ARM.jsonl.",
+        description="Every arm answers the same items. Prints per-arm accuracy and, for every pair of arms, the\n"
+                    "exact McNemar test with a bootstrap CI of the accuracy difference. Writes OUT/report.md,\n"
+                    "OUT/report.json and OUT/samples/ARM.jsonl.",
         epilog=EPILOG + "\narms:\n  NAME=SPEC; adapters of one base add arm 'base' (unless --no-base); a run directory with\n"
                         "  checkpoint-N folders adds NAME@step-N per checkpoint plus NAME for its final model.\n\n"
                         "example:\n  posttrain compare --arm a=tiny:qwen2-1m --arm b=tiny:llama-1m --task arithmetic --n 50\n",
@@ -98,14 +98,25 @@ def parse_arm(text: str) -> tuple[str, str]:
     if not ARM_NAME.fullmatch(name):
         raise UserError(f"--arm {text!r}: the name {name!r} may hold only letters, digits, '_', '.' and '-' "
                         "(it names output files; '@' is reserved for checkpoint arms)")
-    _check_local(spec, f"--arm {text!r}")
+    _check_spec(spec, f"--arm {text!r}")
     return name, spec
 
 
-def _check_local(spec: str, where: str) -> None:
-    """A spec written as a path must exist: say so now, before any model loads."""
+def _check_spec(spec: str, where: str) -> None:
+    """Refuse now, before any model loads, a spec written as a path that does not exist or one
+    with an unknown provider prefix."""
+    from posttrain.generation.engines import engine_kind
+
     if spec.startswith((".", "/", "~")) and not Path(spec).expanduser().exists():
         raise UserError(f"{where}: {spec} does not exist; give a model or adapter directory, a run directory, a hub id or tiny:ARCH-SIZE")
+    try:
+        engine_kind(spec)
+        if spec == "tiny" or spec.startswith("tiny:"):
+            from posttrain.models.tiny import parse_tiny_spec
+
+            parse_tiny_spec(spec)
+    except (UserError, ValueError) as e:
+        raise UserError(f"{where}: {e}") from None
 
 
 def _is_model_dir(path: Path) -> bool:
@@ -199,8 +210,6 @@ def plan_arms(arm_args: list[str], no_base: bool = False) -> tuple[list[dict], d
 def _load_items(args) -> list[dict]:
     from posttrain.evaluation.tasks import ARITHMETIC_SEED, load_task
 
-    if args.data is not None and not Path(args.data).expanduser().is_file():
-        raise UserError(f"--data {args.data}: no such file")
     return load_task(args.task, n=args.n, seed=args.seed, data=args.data, prompt_column=args.prompt_column,
                      answer_column=args.answer_column,
                      data_seed=ARITHMETIC_SEED if args.data_seed is None else args.data_seed)
@@ -235,13 +244,15 @@ def _settings(params) -> dict:
 
 def _run_arms(arms: list[dict], items: list[dict], params, args, out: Path) -> dict[str, list[dict]]:
     from posttrain.evaluation.runner import LazyEngine, evaluate
-    from posttrain.generation.engines import make_engine
+    from posttrain.generation.engines import engine_class, engine_options, make_engine
 
-    options = {} if args.batch_size is None else {"batch_size": args.batch_size}
     cache_dir = None if args.no_cache else Path(args.cache_dir) if args.cache_dir else out / "cache"
     results = {}
     for arm in arms:
-        engine = LazyEngine(arm["spec"], lambda spec=arm["spec"]: make_engine(spec, **options))
+        # --batch-size is for local engines; API engines set their own concurrency.
+        takes_batch = "batch_size" in engine_options(engine_class(arm["spec"]))
+        options = {"batch_size": args.batch_size} if takes_batch and args.batch_size is not None else {}
+        engine = LazyEngine(arm["spec"], lambda spec=arm["spec"], options=options: make_engine(spec, **options))
         _log(f"{arm['name']}: {arm['spec']} on {len(items)} items")
         try:
             results[arm["name"]] = evaluate(arm["name"], engine, items, params, cache_dir, log=_log)
@@ -255,18 +266,17 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
 
 
-def _finish(report: dict, args, out: Path, name: str) -> None:
+def _finish(report: dict, args, out: Path, name: str, samples: Path) -> None:
+    from posttrain import __version__
     from posttrain.evaluation.report import plot_accuracy, render_markdown
 
-    import posttrain
-
-    report["invocation"] = {"command": " ".join(["posttrain", *sys.argv[1:]]), "posttrain": posttrain.__version__,
+    report["invocation"] = {"command": " ".join(["posttrain", *sys.argv[1:]]), "posttrain": __version__,
                             "arguments": {k: v for k, v in vars(args).items() if k != "func"}}
     markdown = render_markdown(report)
     (out / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / f"{name}.md").write_text(markdown)
     print(markdown)
-    written = [out / f"{name}.md", out / f"{name}.json"]
+    written = [out / f"{name}.md", out / f"{name}.json", samples]
     if args.plot:
         plot_accuracy(report, args.plot)
         written.append(Path(args.plot))
@@ -276,7 +286,11 @@ def _finish(report: dict, args, out: Path, name: str) -> None:
 def cmd_eval(args) -> int:
     from posttrain.evaluation.report import build_report
 
-    _check_local(args.model, "--model")
+    _check_spec(args.model, "--model")
+    model_dir = Path(args.model).expanduser()
+    if model_dir.is_dir() and not _is_model_dir(model_dir) and expand_arm("run", args.model)[1]:
+        raise UserError(f"--model {args.model}: a run directory without a final model; evaluate one of its "
+                        f"checkpoints, or all of them with: posttrain compare --arm run={args.model} --task {args.task}")
     params = _sampling(args)
     _check_plot_possible(args)
     items = _load_items(args)
@@ -286,7 +300,7 @@ def cmd_eval(args) -> int:
     records = _run_arms([arm], items, params, args, out)
     _write_jsonl(out / "samples.jsonl", records["model"])
     report = build_report([arm], records, task=args.task, alpha=args.alpha, settings=_settings(params))
-    _finish(report, args, out, "summary")
+    _finish(report, args, out, "summary", out / "samples.jsonl")
     return 0
 
 
@@ -304,5 +318,5 @@ def cmd_compare(args) -> int:
     for name, rows in records.items():
         _write_jsonl(out / "samples" / f"{name}.jsonl", rows)
     report = build_report(arms, records, task=args.task, alpha=args.alpha, settings=_settings(params), steps=steps)
-    _finish(report, args, out, "report")
+    _finish(report, args, out, "report", out / "samples")
     return 0

@@ -45,7 +45,10 @@ def wilson_interval(correct: int, n: int, alpha: float = 0.05) -> tuple[float, f
     p = correct / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # Exact at the edges (0/n and n/n), where rounding would otherwise leave 1e-17 instead of 0.
+    low = 0.0 if correct == 0 else max(0.0, centre - half)
+    high = 1.0 if correct == n else min(1.0, centre + half)
+    return low, high
 
 
 def summarize_arm(arm: dict, records: list[dict], alpha: float = 0.05) -> dict:

@@ -46,7 +46,7 @@ class VLLMEngine:
             raise UserError(f"cannot use the vLLM engine for {model_spec!r}: {reason}. Use the transformers engine instead (drop the 'vllm:' prefix).")
         from vllm import LLM
 
-        self.name = model_spec
+        self.name = f"vllm:{model_spec}"
         self.use_chat_template = use_chat_template
         source = resolve_source(model_spec)
         base = adapter_base(source) if Path(source).is_dir() else None
@@ -65,7 +65,7 @@ class VLLMEngine:
         self.tokenizer = self.llm.get_tokenizer()
 
     def __repr__(self) -> str:
-        return f"VLLMEngine({self.name!r})"
+        return f"VLLMEngine({self.name.partition(':')[2]!r})"
 
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
         from vllm import SamplingParams as VSamplingParams

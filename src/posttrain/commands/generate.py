@@ -1,0 +1,245 @@
+"""`posttrain generate`: completions from one or more models for the same prompts.
+
+    posttrain generate --model tiny:qwen2-1m --prompts prompts.jsonl
+    posttrain generate --model runs/sft/final --model openai:gpt-4o-mini --dataset data/eval.jsonl --n 100 --csv
+
+Prompts come from `--prompts` (.jsonl with a `prompt` or `messages` column, or .txt with one prompt
+per line) or `--dataset` (a hub dataset or a local .jsonl/.json/.csv/.parquet file, read like a
+recipe's datasets). A `prompt` value is a string or a list of chat messages. Every model gets the
+same prompts and sampling parameters; rows are written model by model and flushed, so the
+completions of the models that finished are kept if a later one fails.
+
+Output: one JSON line per (model, prompt) in --out, with the fields in OUTPUT_FIELDS; --csv writes
+the same rows to a .csv beside it (prompt and params as JSON text). Engine flags apply to the models
+they fit (see FLAG_OPTIONS); a flag that fits none of the models given is an error, not a no-op.
+
+Only argparse is imported here; engines (and torch, for local models) load when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+OUTPUT_FIELDS = ["model", "index", "prompt", "completion", "prompt_tokens", "completion_tokens", "finish_reason", "error", "params"]
+PROMPT_COLUMNS = ("prompt", "messages")  # tried in this order when --prompt-column is not given
+
+# flag destination -> (engine option, engine kinds it applies to)
+FLAG_OPTIONS = {
+    "batch_size": ("batch_size", {"local"}),
+    "no_chat_template": ("use_chat_template", {"local", "vllm"}),
+    "base_url": ("base_url", {"api"}),
+    "api_key_env": ("api_key_env", {"api"}),
+    "concurrency": ("max_workers", {"api"}),
+    "timeout": ("timeout", {"api"}),
+    "retries": ("max_retries", {"api"}),
+    "on_error": ("on_error", {"api"}),
+    "no_progress": ("progress", {"local", "api"}),
+}
+
+EPILOG = """\
+model specs: a hub id, a local model or adapter dir, tiny:ARCH-SIZE, vllm:MODEL_OR_PATH,
+openai:MODEL, anthropic:MODEL, gemini:MODEL. API keys are read from OPENAI_API_KEY,
+ANTHROPIC_API_KEY, GEMINI_API_KEY (or the variable named by --api-key-env) and never written out.
+
+examples:
+  posttrain generate --model tiny:qwen2-1m --prompts prompts.txt --max-new-tokens 32
+  posttrain generate --model runs/sft/final --model tiny:qwen2-1m --dataset eval.jsonl --n 50 --csv
+  posttrain generate --model openai:my-model --base-url http://localhost:8000/v1 --prompts p.jsonl
+"""
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "generate", help="generate completions from one or more models (local, vLLM or API)",
+        description="Generate one completion per prompt from each --model, with the same sampling parameters, into a JSONL file (and CSV with --csv).",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", "-m", action="append", required=True, metavar="SPEC", help="model spec; repeat for several models")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompts", metavar="FILE", help=".jsonl with a 'prompt' or 'messages' column, or .txt with one prompt per line")
+    source.add_argument("--dataset", metavar="NAME_OR_FILE", help="hub dataset or local .jsonl/.json/.csv/.parquet file")
+    p.add_argument("--prompt-column", metavar="C", help="column holding the prompt (default: 'prompt', else 'messages')")
+    p.add_argument("--split", default="train", help="dataset split, slices allowed: test, train[:100] (default: train)")
+    p.add_argument("--subset", help="dataset configuration name (e.g. 'main' for gsm8k)")
+    p.add_argument("--n", type=int, metavar="N", help="use only the first N prompts (default: all)")
+
+    s = p.add_argument_group("sampling")
+    s.add_argument("--max-new-tokens", type=int, default=256, help="tokens to generate at most per prompt (default: 256)")
+    s.add_argument("--temperature", type=float, default=0.0, help="0 = greedy, deterministic (default: 0)")
+    s.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]; ignored when greedy (default: 1)")
+    s.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+
+    e = p.add_argument_group("engines")
+    e.add_argument("--batch-size", type=int, help="local models: prompts per batch (default: 16)")
+    e.add_argument("--no-chat-template", action="store_true", default=None, help="local/vLLM models: send plain-string prompts raw instead of as a user turn in the chat template")
+    e.add_argument("--base-url", help="API models: API root, e.g. http://localhost:8000/v1 for an OpenAI-compatible server")
+    e.add_argument("--api-key-env", metavar="VAR", help="API models: environment variable holding the key")
+    e.add_argument("--concurrency", type=int, help="API models: requests in flight at once (default: 8)")
+    e.add_argument("--timeout", type=float, help="API models: seconds to wait for an answer (default: 60)")
+    e.add_argument("--retries", type=int, help="API models: retries on 429/5xx/connection errors, with backoff (default: 5)")
+    e.add_argument("--on-error", choices=["fail", "continue"], help="API models: stop at a failed request, or record it as an error row and go on (default: fail)")
+    e.add_argument("--no-progress", action="store_true", default=None, help="no progress bars")
+
+    p.add_argument("--out", default="generations.jsonl", metavar="FILE.jsonl", help="output file (default: generations.jsonl)")
+    p.add_argument("--csv", action="store_true", help="also write the rows as CSV beside --out (same name, .csv)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import contextlib
+    import csv
+    import json
+    import sys
+    import time
+    from pathlib import Path
+
+    from posttrain.generation.base import SamplingParams
+    from posttrain.generation.engines import engine_kind, make_engine
+    from posttrain.generation.local import check_params
+
+    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed)
+    check_params(params)
+    options = engine_options_per_model(args, {spec: engine_kind(spec) for spec in args.model})
+    prompts = load_prompts(args)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    csv_path = out.with_suffix(".csv") if args.csv else None
+    with contextlib.ExitStack() as files:
+        jsonl = files.enter_context(out.open("w"))
+        csv_file = files.enter_context(csv_path.open("w", newline="")) if csv_path else None
+        writer = csv.DictWriter(csv_file, OUTPUT_FIELDS) if csv_file else None
+        if writer:
+            writer.writeheader()
+        for spec in args.model:
+            engine = make_engine(spec, **options[spec])
+            for note in getattr(engine, "notes", []):
+                print(f"{spec}: {note}", file=sys.stderr)
+            start = time.perf_counter()
+            completions = engine.generate(prompts, params)
+            seconds = time.perf_counter() - start
+            for i, (prompt, completion) in enumerate(zip(prompts, completions)):
+                row = output_row(engine.name, i, prompt, completion, params)
+                jsonl.write(json.dumps(row, ensure_ascii=False) + "\n")
+                if writer:
+                    writer.writerow({k: json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v for k, v in row.items()})
+            for f in (jsonl, csv_file):
+                if f:
+                    f.flush()
+            print(summary_line(engine.name, completions, seconds))
+    print(f"wrote {len(prompts) * len(args.model)} rows to {out}" + (f" and {csv_path}" if csv_path else ""))
+    return 0
+
+
+def engine_options(args, kind: str) -> dict:
+    """The engine options the flags set for a model of `kind` ("local", "vllm", "api")."""
+    options = {}
+    for dest, (option, kinds) in FLAG_OPTIONS.items():
+        value = getattr(args, dest)
+        if value is not None and kind in kinds:
+            options[option] = not value if dest.startswith("no_") else value
+    return options
+
+
+def engine_options_per_model(args, kinds: dict[str, str]) -> dict[str, dict]:
+    """Options per model spec; a flag that fits none of the models is an error, not a no-op."""
+    from posttrain.errors import UserError
+
+    for dest, (_, flag_kinds) in FLAG_OPTIONS.items():
+        if getattr(args, dest) is not None and not flag_kinds & set(kinds.values()):
+            flag = "--" + dest.replace("_", "-")
+            raise UserError(f"{flag} applies to {' and '.join(sorted(flag_kinds))} models only, and none of --model {' '.join(kinds)} is one; remove {flag}")
+    return {spec: engine_options(args, kind) for spec, kind in kinds.items()}
+
+
+def load_prompts(args) -> list:
+    """The prompts, checked: each a non-empty string or a list of {role, content} messages."""
+    from pathlib import Path
+
+    from posttrain.errors import UserError
+
+    if args.n is not None and args.n < 1:
+        raise UserError(f"--n must be at least 1, got {args.n}")
+    if args.prompts is not None:
+        path = Path(args.prompts).expanduser()
+        if not path.is_file():
+            raise UserError(f"--prompts: file {args.prompts!r} does not exist")
+        if path.suffix == ".txt":
+            where, values = f"--prompts {args.prompts}", [line for line in path.read_text().splitlines() if line.strip()]
+            if args.prompt_column:
+                raise UserError(f"--prompt-column does not apply to a .txt prompts file ({args.prompts}): every line is a prompt")
+        elif path.suffix == ".jsonl":
+            where, values = f"--prompts {args.prompts}", column_values(read_jsonl(path), args.prompt_column, f"--prompts {args.prompts}")
+        else:
+            raise UserError(f"--prompts {args.prompts}: expected a .jsonl or .txt file; for .json/.csv/.parquet use --dataset {args.prompts}")
+    else:
+        where = f"--dataset {args.dataset}"
+        values = column_values(dataset_rows(args), args.prompt_column, where)
+    values = values[: args.n] if args.n else values
+    if not values:
+        raise UserError(f"{where}: no prompts found")
+    for i, value in enumerate(values):
+        if not is_prompt(value):
+            raise UserError(f"{where}: prompt {i} is neither a non-empty string nor a list of {{'role', 'content'}} messages: {str(value)[:120]!r}")
+    return values
+
+
+def read_jsonl(path) -> list[dict]:
+    import json
+
+    from posttrain.errors import UserError
+
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise UserError(f"--prompts {path}:{number}: not valid JSON ({e})") from None
+        if not isinstance(row, dict):
+            raise UserError(f"--prompts {path}:{number}: expected a JSON object per line, got {type(row).__name__}")
+        rows.append(row)
+    return rows
+
+
+def dataset_rows(args) -> list[dict]:
+    from types import SimpleNamespace
+
+    from posttrain.data.sources import load_split
+
+    spec = SimpleNamespace(name=args.dataset, subset=args.subset, split=args.split)
+    data = load_split(spec, "--dataset")
+    return data.select(range(min(args.n, len(data)))).to_list() if args.n else data.to_list()
+
+
+def column_values(rows: list[dict], column: str | None, where: str) -> list:
+    """The prompt column of every row; the error names the rows' columns when it is missing."""
+    from posttrain.errors import UserError
+
+    candidates = [column] if column else list(PROMPT_COLUMNS)
+    for i, row in enumerate(rows):
+        if not any(c in row for c in candidates):
+            wanted = f"column {column!r}" if column else "a 'prompt' or 'messages' column"
+            raise UserError(f"{where}: row {i} has no {wanted}; its columns are {sorted(row)} (choose one with --prompt-column)")
+    return [next(row[c] for c in candidates if c in row) for row in rows]
+
+
+def is_prompt(value) -> bool:
+    if isinstance(value, str):
+        return bool(value.strip())
+    return isinstance(value, list) and bool(value) and all(isinstance(m, dict) and "role" in m and "content" in m for m in value)
+
+
+def output_row(model: str, index: int, prompt, completion, params) -> dict:
+    return {
+        "model": model, "index": index, "prompt": prompt, "completion": completion.text,
+        "prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens,
+        "finish_reason": completion.finish_reason, "error": completion.error, "params": params.to_dict(),
+    }
+
+
+def summary_line(model: str, completions, seconds: float) -> str:
+    tokens = sum(c.completion_tokens or 0 for c in completions)
+    errors = sum(c.error is not None for c in completions)
+    return f"{model}: {len(completions)} completions, {tokens} tokens generated, {errors} errors, {seconds:.1f} s"
+

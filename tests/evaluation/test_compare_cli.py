@@ -1,0 +1,293 @@
+"""`posttrain eval` / `posttrain compare`: arm planning (base rule, run directories), the generation
+cache, bad input, and the real CLI end to end on tiny local models."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from posttrain.cli import main as posttrain_main
+from posttrain.commands.evaluate import parse_arm, plan_arms
+from posttrain.errors import UserError
+from posttrain.evaluation.runner import LazyEngine, evaluate, model_identity
+from posttrain.evaluation.tasks import load_task
+from posttrain.generation.base import Completion, SamplingParams
+from posttrain.generation.local import TransformersEngine
+
+PARAMS = SamplingParams(max_new_tokens=4)
+
+
+def save_lora(base_dir, out, seed):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base_dir),
+                           LoraConfig(r=2, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def adapters(tiny_dir, tmp_path_factory):
+    """Two LoRA adapters of the tiny qwen2 base (adapter_config names tiny_dir as the base)."""
+    root = tmp_path_factory.mktemp("adapters")
+    return save_lora(tiny_dir, root / "a", 1), save_lora(tiny_dir, root / "b", 2)
+
+
+def make_run(root, adapter, steps, final_step):
+    """A training run directory: checkpoint-N folders plus the final adapter and run_summary.json."""
+    for step in steps:
+        shutil.copytree(adapter, root / f"checkpoint-{step}")
+    if final_step is not None:
+        shutil.copytree(adapter, root, dirs_exist_ok=True)
+        (root / "run_summary.json").write_text(json.dumps({"global_step": final_step}))
+    return root
+
+
+# --- arms -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text,message", [
+    ("sft", "expected NAME=SPEC"),
+    ("=tiny:qwen2", "expected NAME=SPEC"),
+    ("my arm=tiny:qwen2", "may hold only letters"),
+    ("a@1=tiny:qwen2", "may hold only letters"),
+    ("a=./no/such/model", "./no/such/model does not exist"),
+    ("a=opneai:gpt-4o", "unknown provider 'opneai'"),
+    ("a=tiny:qwen9", "invalid tiny model spec"),
+])
+def test_malformed_arms_are_refused(text, message):
+    with pytest.raises(UserError, match=message):
+        parse_arm(text)
+
+
+def test_adapters_of_one_base_bring_the_base_in_unless_no_base(adapters, tiny_dir):
+    a, b = adapters
+    arms, steps = plan_arms([f"a={a}", f"b={b}"])
+    assert arms == [{"name": "base", "spec": str(tiny_dir)}, {"name": "a", "spec": str(a)}, {"name": "b", "spec": str(b)}]
+    assert steps == {}
+    assert [arm["name"] for arm in plan_arms([f"a={a}", f"b={b}"], no_base=True)[0]] == ["a", "b"]
+    # the base is already an arm (named by its tiny: spec): it is not added twice
+    assert [arm["name"] for arm in plan_arms(["qwen=tiny:qwen2-1m", f"a={a}"])[0]] == ["qwen", "a"]
+    with pytest.raises(UserError, match="the name 'a' is used twice"):
+        plan_arms([f"a={a}", f"a={b}"])
+
+
+def test_adapters_of_different_bases_add_no_base(adapters, tmp_path, capsys):
+    other = shutil.copytree(adapters[1], tmp_path / "other")
+    config = json.loads((other / "adapter_config.json").read_text())
+    (other / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": "org/other-model"}))
+    arms, _ = plan_arms([f"a={adapters[0]}", f"o={other}"])
+    assert [arm["name"] for arm in arms] == ["a", "o"]
+    assert "adapters name different base models" in capsys.readouterr().err
+
+
+def test_run_directory_expands_into_checkpoints_in_step_order(adapters, tiny_dir, tmp_path):
+    run = make_run(tmp_path / "run", adapters[0], steps=[2, 10, 4], final_step=12)
+    arms, steps = plan_arms([f"sft={run}"])
+    assert [(a["name"], a["spec"]) for a in arms] == [
+        ("base", str(tiny_dir)), ("sft@step-2", str(run / "checkpoint-2")), ("sft@step-4", str(run / "checkpoint-4")),
+        ("sft@step-10", str(run / "checkpoint-10")), ("sft", str(run))]
+    assert steps == {"sft": [{"step": 0, "arm": "base"}, {"step": 2, "arm": "sft@step-2"}, {"step": 4, "arm": "sft@step-4"},
+                             {"step": 10, "arm": "sft@step-10"}, {"step": 12, "arm": "sft"}]}
+
+    unfinished = make_run(tmp_path / "unfinished", adapters[0], steps=[5], final_step=None)
+    assert [a["name"] for a in plan_arms([f"u={unfinished}"], no_base=True)[0]] == ["u@step-5"]
+
+    full = tmp_path / "full"  # full fine-tune checkpoints: no adapter, so no base arm and no step 0
+    for folder in (full / "checkpoint-3", full):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text("{}")
+    arms, steps = plan_arms([f"full={full}"])
+    assert [a["name"] for a in arms] == ["full@step-3", "full"]
+    assert steps == {"full": [{"step": 3, "arm": "full@step-3"}, {"step": "final", "arm": "full"}]}
+
+
+# --- the generation cache --------------------------------------------------------------------
+
+
+class CountingEngine(TransformersEngine):
+    """The real local engine, counting the prompts of each generate call."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, progress=False, **kwargs)
+        self.calls: list[int] = []
+
+    def generate(self, prompts, params):
+        self.calls.append(len(prompts))
+        return super().generate(prompts, params)
+
+
+def test_cache_reuses_generations_and_generates_only_missing_items(tmp_path):
+    items = load_task("arithmetic", n=6)
+    engine = CountingEngine("tiny:qwen2-1m")
+    first = evaluate("qwen", engine, items[:4], PARAMS, tmp_path)
+    assert engine.calls == [4] and not any(r["cached"] for r in first)
+
+    again = evaluate("qwen", engine, items[:4], PARAMS, tmp_path)
+    assert engine.calls == [4]  # nothing sent to the engine
+    assert all(r["cached"] for r in again)
+    assert [{**r, "cached": False} for r in again] == first
+
+    more = evaluate("qwen", engine, items, PARAMS, tmp_path)
+    assert engine.calls == [4, 2]
+    assert [r["cached"] for r in more] == [True] * 4 + [False] * 2
+
+    evaluate("qwen", engine, items[:2], SamplingParams(max_new_tokens=5), tmp_path)
+    assert engine.calls == [4, 2, 2]  # other sampling params: another cache entry
+
+    def must_not_load():
+        raise AssertionError("a fully cached arm loaded its model")
+
+    lazy = LazyEngine("tiny:qwen2-1m", must_not_load)
+    assert all(r["cached"] for r in evaluate("qwen", lazy, items, PARAMS, tmp_path)) and not lazy.loaded
+
+
+class FlakyAPI:
+    """Stands in for an API engine whose first request fails (failure policy 'continue')."""
+
+    name = "openai:flaky-model"
+
+    def __init__(self, fail_first: bool):
+        self.fail_first = fail_first
+        self.prompts_seen = 0
+
+    def generate(self, prompts, params):
+        self.prompts_seen += len(prompts)
+        out = [Completion(text="<think>x</think><answer>1</answer>", completion_tokens=5, finish_reason="stop") for _ in prompts]
+        if self.fail_first:
+            out[0] = Completion(text="", finish_reason="error", error="HTTP 503 after 5 retries")
+        return out
+
+
+def test_failed_requests_are_not_cached_so_a_rerun_retries_only_them(tmp_path):
+    items = load_task("arithmetic", n=3)
+    records = evaluate("api", FlakyAPI(fail_first=True), items, PARAMS, tmp_path)
+    assert [r["finish_reason"] for r in records] == ["error", "stop", "stop"]
+    retry = FlakyAPI(fail_first=False)
+    records = evaluate("api", retry, items, PARAMS, tmp_path)
+    assert retry.prompts_seen == 1 and [r["cached"] for r in records] == [False, True, True]
+
+
+def test_model_identity_follows_the_weight_files_and_the_adapters_base(adapters, tiny_dir, tmp_path):
+    copy = shutil.copytree(tiny_dir, tmp_path / "copy")
+    identity = model_identity(str(copy))
+    assert identity == model_identity(str(copy)) != model_identity(str(tiny_dir))
+    (copy / "trainer_state.json").write_text("{}")  # training state does not change what it generates
+    assert model_identity(str(copy)) == identity
+    weights = copy / "model.safetensors"
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # retrained in place
+    assert model_identity(str(copy)) != identity
+    assert model_identity("Qwen/Qwen2.5-0.5B") == "name:Qwen/Qwen2.5-0.5B"
+
+    adapter = shutil.copytree(adapters[0], tmp_path / "adapter")
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    (adapter / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": str(copy)}))
+    before = model_identity(str(adapter))
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # the base changed
+    assert model_identity(str(adapter)) != before
+
+
+# --- the CLI ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["compare", "--arm", "a=tiny:qwen2-1m", "--task", "gsm8", "--n", "2"], "--task gsm8: unknown task. Did you mean 'gsm8k'?"),
+    (["compare", "--arm", "tiny:qwen2-1m", "--task", "arithmetic"], "expected NAME=SPEC"),
+    (["compare", "--arm", "a=tiny:qwen2-1m", "--task", "gsm8k", "--data", "/no/such/test.jsonl"], "--data /no/such/test.jsonl: no such file"),
+    (["eval", "--model", "./no/such/model", "--task", "arithmetic"], "--model: ./no/such/model does not exist"),
+    (["eval", "--model", "tiny:qwen2-1m", "--task", "arithmetic", "--alpha", "5"], "--alpha 5.0: must be between 0 and 1"),
+])
+def test_bad_input_exits_2_with_the_message(argv, message, capsys, tmp_path):
+    assert posttrain_main([*argv, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_eval_of_an_unfinished_run_points_to_compare(adapters, tmp_path, capsys):
+    run = make_run(tmp_path / "run", adapters[0], steps=[3], final_step=None)
+    assert posttrain_main(["eval", "--model", str(run), "--task", "arithmetic", "--out", str(tmp_path / "out")]) == 2
+    assert f"a run directory without a final model; evaluate one of its checkpoints, or all of them with: " \
+           f"posttrain compare --arm run={run}" in capsys.readouterr().err
+
+
+def test_plot_without_matplotlib_fails_before_generating(tmp_path, capsys):
+    import importlib.util
+
+    argv = ["compare", "--arm", "a=tiny:qwen2-1m", "--task", "arithmetic", "--n", "2", "--max-new-tokens", "2",
+            "--out", str(tmp_path / "out"), "--plot", str(tmp_path / "acc.png")]
+    if importlib.util.find_spec("matplotlib") is None:
+        assert posttrain_main(argv) == 2
+        assert "pip install matplotlib" in capsys.readouterr().err
+        assert not (tmp_path / "out" / "samples").exists()  # nothing was generated
+    else:
+        assert posttrain_main(argv) == 0
+        assert (tmp_path / "acc.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_eval_writes_samples_and_summary_for_a_custom_file(tmp_path, capsys):
+    data = tmp_path / "q.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "gold": i + 1}) + "\n" for i in range(5)))
+    out = tmp_path / "eval"
+    argv = ["eval", "--model", "tiny:qwen2-1m", "--task", "custom", "--data", str(data), "--prompt-column", "question",
+            "--answer-column", "gold", "--n", "3", "--max-new-tokens", "3", "--out", str(out)]
+    assert posttrain_main(argv) == 0
+    printed = capsys.readouterr().out
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 3 and {s["gold"] for s in samples} <= {"1", "2", "3", "4", "5"}
+    assert all(s["completion_tokens"] <= 3 for s in samples)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["arms"][0]["n"] == 3 and summary["comparisons"] == []
+    assert summary["arms"][0]["strict_correct"] == sum(s["strict"] for s in samples)
+    assert (out / "summary.md").read_text() in printed
+
+
+def test_compare_expands_a_run_of_adapters_into_steps_with_the_base_at_step_0(adapters, tmp_path, capsys):
+    run = make_run(tmp_path / "run", adapters[0], steps=[1, 2], final_step=2)
+    out = tmp_path / "cmp"
+    assert posttrain_main(["compare", "--arm", f"run={run}", "--task", "arithmetic", "--n", "3", "--max-new-tokens", "3",
+                     "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "### accuracy over training steps: run" in printed
+    for row in ("| 0 | base |", "| 1 | run@step-1 |", "| 2 | run@step-2 |", "| 2 | run |"):
+        assert row in printed
+    report = json.loads((out / "report.json").read_text())
+    assert [a["arm"] for a in report["arms"]] == ["base", "run@step-1", "run@step-2", "run"]
+    assert len(report["comparisons"]) == 6 * 2  # every pair of 4 arms, strict and loose
+    samples = {name: [json.loads(l) for l in (out / "samples" / f"{name}.jsonl").read_text().splitlines()]
+               for name in ("base", "run@step-1", "run")}
+    assert [s["id"] for s in samples["base"]] == [s["id"] for s in samples["run"]]  # identical items
+    # PEFT initialises LoRA's B to zero, so these adapters compute exactly what the base does (greedy)
+    assert [s["completion"] for s in samples["base"]] == [s["completion"] for s in samples["run@step-1"]]
+
+
+@pytest.mark.e2e
+def test_compare_cli_end_to_end_two_tiny_models_then_from_the_cache(cli, tmp_path):
+    out = tmp_path / "compare"
+    argv = ["compare", "--arm", "qwen=tiny:qwen2-1m", "--arm", "llama=tiny:llama-1m", "--task", "arithmetic",
+            "--n", "8", "--max-new-tokens", "6", "--out", out]
+    first = cli(*argv)
+    assert first.returncode == 0, first.stderr
+    assert "| qwen | `tiny:qwen2-1m` | 8 |" in first.stdout and "| llama | `tiny:llama-1m` | 8 |" in first.stdout
+    assert "| strict | qwen | llama |" in first.stdout and "| loose | qwen | llama |" in first.stdout
+    assert "exact McNemar, alpha=0.05" in first.stdout
+    assert (out / "report.md").read_text() in first.stdout
+    report = json.loads((out / "report.json").read_text())
+    assert [(a["arm"], a["n"]) for a in report["arms"]] == [("qwen", 8), ("llama", 8)]
+    strict = next(c for c in report["comparisons"] if c["metric"] == "strict")
+    qwen = [json.loads(l) for l in (out / "samples" / "qwen.jsonl").read_text().splitlines()]
+    llama = [json.loads(l) for l in (out / "samples" / "llama.jsonl").read_text().splitlines()]
+    assert strict["fixed"] == sum(not a["strict"] and b["strict"] for a, b in zip(qwen, llama))
+    assert strict["broken"] == sum(a["strict"] and not b["strict"] for a, b in zip(qwen, llama))
+    assert [r["id"] for r in qwen] == [r["id"] for r in llama] and all(r["completion_tokens"] <= 6 for r in qwen)
+
+    again = cli(*argv)
+    assert again.returncode == 0, again.stderr
+    assert "| qwen (cached) |" in again.stdout and "| llama (cached) |" in again.stdout
+    assert "qwen: 8/8 generations from the cache" in again.stderr and "generated" not in again.stderr
+    assert json.loads((out / "report.json").read_text())["comparisons"] == report["comparisons"]
