@@ -19,11 +19,11 @@ from pathlib import Path
 from posttrain.models.loading import DeviceInfo, LoadedModel, load_model, lora_config
 from posttrain.recipe.load import LoadedRecipe, format_differences, resolved_dict, to_yaml
 
-from . import sft
+from . import grpo, sft
 from .callbacks import MetricsFile
 from .trl_config import apply_tracking_env, build_trl_config, runtime_defaults
 
-TRAINERS = {"cpt": sft.build_trainer, "sft": sft.build_trainer}
+TRAINERS = {"cpt": sft.build_trainer, "sft": sft.build_trainer, "grpo": grpo.build_trainer, "gspo": grpo.build_trainer}
 
 
 @dataclass
@@ -69,6 +69,8 @@ def provenance() -> dict:
 
 def run_training(loaded_recipe: LoadedRecipe) -> Path:
     from posttrain.data.formats import prepare_training_data
+    from posttrain.data.prompts import enforce_prompt_length, read_prompt_rows
+    from posttrain.recipe.schema import RL_ALGORITHMS
 
     recipe = loaded_recipe.recipe
     training = recipe.training
@@ -76,7 +78,12 @@ def run_training(loaded_recipe: LoadedRecipe) -> Path:
     log(f"posttrain: {training.algorithm} run, recipe {loaded_recipe.source}")
     log(format_differences(loaded_recipe))
 
-    train_dataset, data_format, reports = prepare_training_data(recipe.data, training.algorithm, seed)
+    rl = training.algorithm in RL_ALGORITHMS
+    if rl:
+        train_dataset, reports = read_prompt_rows(recipe.data, seed)
+        data_format = "prompt"
+    else:
+        train_dataset, data_format, reports = prepare_training_data(recipe.data, training.algorithm, seed)
     for report in reports:
         log(report.render())
 
@@ -84,6 +91,10 @@ def run_training(loaded_recipe: LoadedRecipe) -> Path:
     loaded = load_model(recipe.model, device)
     for note in loaded.notes:
         log(note)
+    if rl:
+        train_dataset, note = enforce_prompt_length(train_dataset, loaded.tokenizer, recipe.data.max_prompt_length, recipe.data.prompt_truncation)
+        if note:
+            log(note)
     for key, (value, why) in runtime_defaults(recipe, device, data_format).items():
         if key not in ("report_to",) or value != "none":
             log(f"training.{key} = {value}  (posttrain at start-up: {why})")

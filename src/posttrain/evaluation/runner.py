@@ -49,7 +49,8 @@ def _local_model_dir(spec: str) -> Path | None:
     """The directory ``spec`` loads from, or None for a hub id / API model (``vllm:PATH`` -> PATH)."""
     from posttrain.models.loading import resolve_source
 
-    for candidate in (spec, spec.partition(":")[2]):
+    candidates = (spec, spec.removeprefix("vllm:")) if spec.startswith("vllm:") else (spec,)
+    for candidate in candidates:
         if candidate == "tiny" or candidate.startswith("tiny:"):
             return Path(resolve_source(candidate))
         if candidate and Path(candidate).expanduser().exists():

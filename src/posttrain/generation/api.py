@@ -5,8 +5,8 @@ flight. What every provider shares lives in `HTTPEngine`:
 
 - retries: 429, 5xx, connection errors and timeouts are retried up to `max_retries` times with
   exponential backoff and full jitter (delay uniform in [0, min(backoff_max, backoff_base * 2^k)]);
-  a Retry-After header (seconds or an HTTP date) is honoured as a lower bound on the wait, capped
-  at backoff_max (an hour-long Retry-After would otherwise stall the whole run silently). Other
+  a Retry-After header (seconds or an HTTP date) is honoured in full as a lower bound on the wait
+  (the server knows when it will take requests again; retrying earlier only burns an attempt). Other
   4xx answers (bad request, unknown model) are not retried: they would fail the same way again.
 - failures: `on_error="fail"` raises UserError on the first request that still fails after its
   retries (outstanding requests are cancelled); `"continue"` records it as
@@ -207,7 +207,7 @@ class HTTPEngine:
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         jittered = random.uniform(0, min(self.backoff_max, self.backoff_base * 2 ** attempt))
-        return jittered if retry_after is None else max(min(retry_after, self.backoff_max), jittered)
+        return jittered if retry_after is None else max(retry_after, jittered)
 
     def _failed(self, problem: str, attempt: int, fatal: bool = False) -> RequestFailed:
         tries = f"{attempt + 1} attempt{'s' if attempt else ''}"

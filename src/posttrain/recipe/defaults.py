@@ -25,8 +25,21 @@ ALGORITHM_DEFAULTS: dict[str, dict[str, object]] = {
     # Continued pre-training: raw text cut into fixed-length blocks, loss on every token.
     "cpt": {"packing": True, "packing_strategy": "wrapped", "completion_only_loss": False},
     "sft": {},
+    # TRL's beta=0.0 silently removes the KL term and the reference model; with it, policies drift
+    # into reward hacks (empty reasoning + bare answers). 0.04 is the DeepSeekMath GRPO value.
+    "grpo": {"beta": 0.04},
+    # GSPO (Zheng et al. 2025, arXiv:2507.18071 v2, section 5.1), as TRL's reproduction sets it:
+    # sequence-level importance ratios, clipping 3e-4 / 4e-4, the 'grpo' loss, no KL term, and an
+    # off-policy schedule (4 mini-batches per rollout; see `derived_defaults`) without which the
+    # sequence ratio is 1 and GSPO changes nothing.
+    "gspo": {"importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": 3e-4, "epsilon_high": 4e-4, "beta": 0.0},
 }
 
 
-def defaults_for(algorithm: str) -> dict[str, object]:
-    return {**COMMON, **ALGORITHM_DEFAULTS.get(algorithm, {})}
+def defaults_for(algorithm: str, training: dict) -> dict[str, object]:
+    """posttrain's defaults for an algorithm; `training` (the raw section) feeds derived ones."""
+    out = {**COMMON, **ALGORITHM_DEFAULTS.get(algorithm, {})}
+    if algorithm == "gspo" and not {"steps_per_generation", "generation_batch_size", "num_iterations"} & training.keys():
+        gas = training.get("gradient_accumulation_steps", 1)
+        out["steps_per_generation"] = 4 * gas if isinstance(gas, int) else 4
+    return out

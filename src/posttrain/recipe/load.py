@@ -66,7 +66,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     defaulted: set[str] = set()
     training = raw.get("training")
     if isinstance(training, dict) and isinstance(training.get("algorithm"), str):
-        for key, value in defaults_for(training["algorithm"]).items():
+        for key, value in defaults_for(training["algorithm"], training).items():
             if key not in training:
                 training[key] = copy.deepcopy(value)
                 defaulted.add(f"training.{key}")
@@ -180,6 +180,8 @@ def _message(errs: list[dict], parts: list, raw: dict) -> str:
             return f"training.algorithm is required: one of {names}."
         tag = err["ctx"]["tag"]
         return f"algorithm {tag!r} is not one posttrain runs; choose one of {names}.{did_you_mean(tag, TRAINING_MODELS)}"
+    if kind == "too_short":
+        return "is empty; give at least one item." + _describe(parts, raw)
     if kind == "missing":
         return "is required but missing." + _describe(parts, raw)
     value = err.get("input")
@@ -204,7 +206,8 @@ def resolved_dict(recipe: Recipe, redact: bool = True) -> dict:
     """The recipe as it will run: every section's values, training's set keys; secrets redacted."""
     out = recipe.model_dump(mode="json", exclude={"training"})
     training = recipe.training
-    out["training"] = {"algorithm": training.algorithm, **{k: _json(getattr(training, k)) for k in sorted(training.model_fields_set) if k != "algorithm"}}
+    values = training.model_dump(mode="json", include=training.model_fields_set - {"algorithm"})
+    out["training"] = {"algorithm": training.algorithm, **dict(sorted(values.items()))}
     return _redact(out) if redact else out
 
 
@@ -240,7 +243,7 @@ def differences(loaded: LoadedRecipe) -> list[tuple[str, Any, Any, str]]:
     for section, values in resolved.items():
         for key, value in values.items():
             path = f"{section}.{key}"
-            if section == "data" or (section == "training" and key == "algorithm"):
+            if (section, key) in (("data", "datasets"), ("training", "algorithm")):
                 rows.append((path, value, None, loaded.layer(path)))
                 continue
             default = library_default([section, key], loaded.recipe)

@@ -81,10 +81,40 @@ class DatasetSpec(Section):
     completion_column: str = Field("completion", description="Column with the response the model learns (format 'prompt_completion').")
     messages_column: str = Field("messages", description="Column with a chat: a list of {role, content} (format 'messages').")
     max_samples: StrictInt | None = Field(None, ge=1, description="Use at most this many rows (after dropping bad ones), shuffled with training.seed.")
+    answer_column: str = Field("answer", description="GRPO/GSPO: column with the gold answer that rewards compare against (arrives as `answer`).")
+    template: Literal["none", "gsm8k", "openmathinstruct2"] = Field(
+        "none",
+        description="GRPO/GSPO: a dataset template. 'gsm8k': prompt from `question`, gold after '####' in `answer`, "
+        "system prompt asking for <think>...</think><answer>...</answer>. 'openmathinstruct2': prompt from `problem`, "
+        "gold from `expected_answer`, same system prompt. Column keys you set explicitly win.",
+    )
+
+    @model_validator(mode="after")
+    def _template_columns(self):
+        from posttrain.data.templates import TEMPLATE_COLUMNS
+
+        for key, column in TEMPLATE_COLUMNS.get(self.template, {}).items():
+            if key not in self.model_fields_set:
+                self.__dict__[key] = column  # a preset for keys left unset; bypasses re-validation
+        return self
 
 
 class DataSection(Section):
     datasets: list[DatasetSpec] = Field(min_length=1, description="Training data; several datasets are concatenated.")
+    # Prompt handling for GRPO/GSPO (rejected for algorithms that do not use prompts this way).
+    max_prompt_length: StrictInt | None = Field(
+        None, ge=1,
+        description="GRPO/GSPO: longest prompt in tokens, after the chat template. TRL 1.x has no such key; posttrain "
+        "enforces it in the data step and reports how many prompts it dropped or truncated.",
+    )
+    prompt_truncation: Literal["drop", "left"] = Field(
+        "drop", description="What happens to a prompt over max_prompt_length: 'drop' the row, or keep its last tokens ('left')."
+    )
+    use_chat_template: bool = Field(
+        True, description="GRPO/GSPO: wrap plain-text prompts as a user message so the model's chat template applies (when it has one)."
+    )
+    system_prompt: str | None = Field(None, description="GRPO/GSPO: system message for every prompt (default: the template's, if any).")
+    few_shot: bool = Field(False, description="GRPO/GSPO with a math template: add one worked example in the answer format before the question.")
 
 
 # ------------------------------------------------------------------------------------ tracking
@@ -112,6 +142,7 @@ OWNED_ELSEWHERE: dict[str, str] = {
     "do_predict": "has no effect in TRL's trainers.",
     "gradient_checkpointing": "deprecated by transformers 5: use training.activation_checkpointing.",
     "gradient_checkpointing_kwargs": "deprecated by transformers 5: use training.activation_checkpointing_kwargs.",
+    "reward_weights": "give each reward its weight in training.rewards: [{name: answer_match, weight: 1.0}, ...].",
 }
 
 _KIND_TYPES: dict[str, Any] = {"bool": StrictBool, "int": StrictInt, "float": float, "str": str, "dict": dict[str, Any], "any": Any}
@@ -163,13 +194,111 @@ def _training_model(algorithm: str, family: str, base: type[TrainingBase] = Trai
 
 CONFIG_NAMES = {"sft": "SFTConfig", "dpo": "DPOConfig", "grpo": "GRPOConfig"}
 
+
+class RewardSpec(BaseModel):
+    """One reward: a built-in name, `http`, or `package.module:function`, its weight, and its options."""
+
+    model_config = ConfigDict(extra="allow")  # the options: checked against the function's parameters
+    name: str = Field(min_length=1, description="Built-in (answer_match, format, numeric_answer, loose_match, http) or 'package.module:function'.")
+    weight: float = Field(1.0, description="Weight of this reward in the sum TRL normalises per group.")
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+    @model_validator(mode="after")
+    def _known_reward(self):
+        if ":" not in self.name:  # built-ins are checked now; import paths when the run starts
+            from posttrain.rewards.builtin import get_reward
+
+            get_reward(self.name, **self.options)  # raises ValueError naming the problem
+        return self
+
+
+class RLTrainingBase(TrainingBase):
+    rewards: list[RewardSpec] = Field(
+        min_length=1,
+        description="Rewards summed (with weights) into each completion's score. Dataset columns reach each reward "
+        "as keyword lists; the gold answer arrives as `answer`.",
+    )
+
+    def trl_kwargs(self) -> dict[str, Any]:
+        return {**super().trl_kwargs(), "reward_weights": [r.weight for r in self.rewards]}
+
+    @model_validator(mode="after")
+    def _batch_shapes(self):
+        """TRL's own checks, at load time and with the numbers: a generation batch holds whole groups."""
+        from .trl_fields import trl_fields
+
+        def value(key):
+            return getattr(self, key) if key in self.model_fields_set else trl_fields("grpo")[key]["default"]
+
+        num_generations = value("num_generations")
+        if num_generations is not None and num_generations < 2:
+            raise ValueError(f"training.num_generations={num_generations}: GRPO compares completions within a group, it needs at least 2.")
+        world = int(__import__("os").environ.get("WORLD_SIZE", "1"))
+        batch = value("per_device_train_batch_size") * world
+        if value("generation_batch_size") is not None and value("steps_per_generation") is not None:
+            raise ValueError("training.generation_batch_size and training.steps_per_generation are both set; set one (the other follows).")
+        gen_batch = value("generation_batch_size") or batch * (value("steps_per_generation") or value("gradient_accumulation_steps"))
+        if gen_batch % batch:
+            raise ValueError(f"training.generation_batch_size={gen_batch} must be a multiple of per_device_train_batch_size x processes = {batch}.")
+        if num_generations and gen_batch % num_generations:
+            raise ValueError(
+                f"the generation batch ({gen_batch} = per_device_train_batch_size {value('per_device_train_batch_size')} x "
+                f"{world} process(es) x steps_per_generation {gen_batch // batch}) must hold whole groups of "
+                f"num_generations={num_generations}; make one a multiple of the other."
+            )
+        return self
+
+
+class GRPOTrainingBase(RLTrainingBase):
+    @model_validator(mode="after")
+    def _gspo_clipping_needs_sequence_level(self):
+        level = self.importance_sampling_level or "token"
+        if level == "token" and self.epsilon is not None and self.epsilon < 0.01:
+            raise ValueError(
+                f"training.epsilon={self.epsilon} is GSPO's sequence-level clipping; with importance_sampling_level=token "
+                "it clips almost every token. Set training.algorithm=gspo, or use a token-level epsilon such as 0.2."
+            )
+        return self
+
+
+class GSPOTrainingBase(RLTrainingBase):
+    @model_validator(mode="after")
+    def _gspo_is_sequence_level_and_off_policy(self):
+        if self.importance_sampling_level != "sequence":
+            raise ValueError(
+                f"training.importance_sampling_level={self.importance_sampling_level!r}: GSPO is defined by sequence-level "
+                "importance ratios. Remove the key (GSPO's preset sets 'sequence') or use training.algorithm=grpo."
+            )
+        gas = self.gradient_accumulation_steps or 1
+        steps = self.steps_per_generation or gas
+        iterations = self.num_iterations or 1
+        if steps <= gas and iterations <= 1 and self.generation_batch_size is None:
+            raise ValueError(
+                f"this GSPO run is on-policy (steps_per_generation={steps} <= gradient_accumulation_steps={gas}, "
+                f"num_iterations={iterations}): the sequence-level ratio is exactly 1 and GSPO equals GRPO without "
+                "clipping. Set steps_per_generation to a multiple of gradient_accumulation_steps (the preset uses 4x) "
+                "or num_iterations > 1."
+            )
+        return self
+
+
 CPTTraining = _training_model("cpt", "sft")
 SFTTraining = _training_model("sft", "sft")
+GRPOTraining = _training_model("grpo", "grpo", GRPOTrainingBase)
+GSPOTraining = _training_model("gspo", "grpo", GSPOTrainingBase)
 
 # algorithm -> its training section model; an algorithm joins here once it trains end to end.
-TRAINING_MODELS: dict[str, type[TrainingBase]] = {"cpt": CPTTraining, "sft": SFTTraining}
+TRAINING_MODELS: dict[str, type[TrainingBase]] = {"cpt": CPTTraining, "sft": SFTTraining, "grpo": GRPOTraining, "gspo": GSPOTraining}
+RL_ALGORITHMS = ("grpo", "gspo")
 
 Training = Annotated[Union[tuple(TRAINING_MODELS.values())], Field(discriminator="algorithm")]
+
+
+# Data keys that only prompt-based algorithms read; elsewhere they would be silent no-ops.
+PROMPT_ONLY_DATA_KEYS = ("max_prompt_length", "prompt_truncation", "use_chat_template", "system_prompt", "few_shot")
 
 
 class Recipe(Section):
@@ -177,3 +306,14 @@ class Recipe(Section):
     data: DataSection
     training: Training
     tracking: TrackingSection = Field(default_factory=TrackingSection)
+
+    @model_validator(mode="after")
+    def _keys_used_by_this_algorithm(self):
+        algorithm = self.training.algorithm
+        if algorithm in RL_ALGORITHMS:
+            return self
+        unused = [f"data.{k}" for k in PROMPT_ONLY_DATA_KEYS if k in self.data.model_fields_set]
+        unused += [f"data.datasets[{i}].{k}" for i, d in enumerate(self.data.datasets) for k in ("template", "answer_column") if k in d.model_fields_set]
+        if unused:
+            raise ValueError(f"{', '.join(unused)} only apply to {'/'.join(RL_ALGORITHMS)}; algorithm {algorithm} would ignore them. Remove them.")
+        return self

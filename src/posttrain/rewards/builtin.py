@@ -24,6 +24,7 @@ import importlib
 import inspect
 from typing import Any, Callable
 
+from posttrain.rewards.http import http_reward
 from posttrain.rewards.answers import (
     extract_answer,
     format_score,
@@ -128,6 +129,7 @@ REWARDS: dict[str, RewardFn] = {
     "format": format_reward,
     "numeric_answer": numeric_answer,
     "loose_match": loose_match,
+    "http": http_reward,
 }
 
 

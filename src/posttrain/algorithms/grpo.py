@@ -1,0 +1,43 @@
+"""GRPO and GSPO through TRL's GRPOTrainer.
+
+    posttrain train --recipe recipes/grpo/tiny-cpu.yaml
+    posttrain train --recipe recipes/gspo/tiny-cpu.yaml
+
+GRPO (Shao et al. 2024, DeepSeekMath): sample `num_generations` completions per prompt, score them
+with the recipe's rewards, normalise within the group, and take clipped policy-gradient steps with
+a KL penalty of weight `beta` towards the reference model (posttrain's default 0.04; TRL's 0.0
+removes the term). GSPO (Zheng et al. 2025) is the same trainer with sequence-level importance
+ratios and its own preset (see `posttrain.recipe.defaults`). With LoRA the reference model is the
+base with the adapter switched off; with full training TRL loads a frozen copy.
+"""
+
+from __future__ import annotations
+
+from posttrain.rewards.builtin import get_reward
+
+
+def reward_functions(training) -> list:
+    """The recipe's rewards as TRL reward functions (weights go to GRPOConfig.reward_weights)."""
+    from posttrain.errors import UserError
+
+    functions = []
+    for i, spec in enumerate(training.rewards):
+        try:
+            functions.append(get_reward(spec.name, **spec.options))
+        except ValueError as e:
+            raise UserError(f"training.rewards[{i}]: {e}") from None
+    return functions
+
+
+def build_trainer(run):
+    from trl import GRPOTrainer
+
+    return GRPOTrainer(
+        model=run.loaded.model,
+        reward_funcs=reward_functions(run.loaded_recipe.recipe.training),
+        args=run.trl_config,
+        train_dataset=run.train_dataset,
+        processing_class=run.loaded.tokenizer,
+        peft_config=run.peft_config,
+        callbacks=run.callbacks,
+    )

@@ -1,0 +1,83 @@
+"""Prompt datasets for GRPO/GSPO: prompts (chat or text), a gold `answer`, every other column kept.
+
+TRL 1.x has no prompt-length key (`max_prompt_length` was removed), so posttrain enforces
+`data.max_prompt_length` here, on the prompt as the model will see it (after the chat template),
+and reports how many prompts it dropped or truncated. Columns other than the prompt reach the
+reward functions as keyword lists, so user rewards can read any of them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from posttrain.errors import UserError
+
+from .formats import DataReport
+from .sources import load_split
+from .templates import build_prompt, gold_answer
+
+
+def read_prompt_rows(data_cfg, seed: int):
+    """All datasets as rows {prompt, answer, ...original columns}; empty prompts/answers dropped and counted."""
+    import datasets
+
+    parts, reports = [], []
+    for i, spec in enumerate(data_cfg.datasets):
+        key = f"data.datasets[{i}]"
+        raw = load_split(spec, key)
+        for column in (spec.prompt_column, spec.answer_column):
+            if column not in raw.column_names:
+                setting = "prompt_column" if column == spec.prompt_column else "answer_column"
+                raise UserError(f"{key} ({spec.name}): column {column!r} not found; the data has columns {raw.column_names}. "
+                                f"Map yours with {key}.{setting}=<column>.")
+        rows, dropped = [], Counter()
+        for record in raw:
+            question, answer = record[spec.prompt_column], gold_answer(spec.template, record[spec.answer_column])
+            if not question or (isinstance(question, str) and not question.strip()):
+                dropped[f"empty '{spec.prompt_column}'"] += 1
+            elif not answer:
+                dropped[f"empty '{spec.answer_column}'"] += 1
+            else:
+                extra = {k: v for k, v in record.items() if k not in (spec.prompt_column, "prompt", "answer")}
+                prompt = build_prompt(question, template=spec.template, system_prompt=data_cfg.system_prompt,
+                                      few_shot=data_cfg.few_shot, use_chat_template=data_cfg.use_chat_template)
+                rows.append({**extra, "prompt": prompt, "answer": answer})
+        if not rows:
+            raise UserError(f"{key} ({spec.name}): no usable rows ({'; '.join(f'{n} {w}' for w, n in dropped.items()) or 'no rows'})")
+        ds = datasets.Dataset.from_list(rows)
+        if spec.max_samples is not None and len(ds) > spec.max_samples:
+            ds = ds.shuffle(seed=seed).select(range(spec.max_samples))
+        parts.append(ds)
+        reports.append(DataReport(key, spec.name, "prompt", len(raw), len(ds), dropped))
+    if len(parts) == 1:
+        return parts[0], reports
+    shared = set.intersection(*(set(p.column_names) for p in parts))
+    return datasets.concatenate_datasets([p.select_columns(sorted(shared)) for p in parts]), reports
+
+
+def prompt_token_count(prompt, tokenizer) -> list[int]:
+    if isinstance(prompt, list) and tokenizer.chat_template:
+        return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def enforce_prompt_length(ds, tokenizer, max_tokens: int | None, mode: str):
+    """Drop prompts over `max_tokens` tokens, or keep their last `max_tokens` tokens ('left').
+
+    Left-truncated prompts are passed to TRL as text (the chat template already applied), so every
+    prompt is rendered to text in that mode: a column cannot mix chats and strings.
+    Returns (dataset, a line for the log).
+    """
+    if max_tokens is None:
+        return ds, None
+    ids = [prompt_token_count(p, tokenizer) for p in ds["prompt"]]
+    over = sum(len(i) > max_tokens for i in ids)
+    if mode == "drop":
+        keep = [n for n, i in enumerate(ids) if len(i) <= max_tokens]
+        if not keep:
+            raise UserError(f"data.max_prompt_length={max_tokens}: every prompt is longer (shortest {min(map(len, ids))} tokens); raise it.")
+        return ds.select(keep), f"data.max_prompt_length={max_tokens}: dropped {over} of {len(ids)} prompts (longest {max(map(len, ids))} tokens)"
+    texts = [tokenizer.decode(i[-max_tokens:]) for i in ids]
+    ds = ds.remove_columns("prompt").add_column("prompt", texts)
+    return ds, f"data.max_prompt_length={max_tokens}: left-truncated {over} of {len(ids)} prompts (longest {max(map(len, ids))} tokens)"

@@ -1,0 +1,111 @@
+"""The http reward against a real HTTP server on 127.0.0.1: payload, retries, failure policy, secrets."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from posttrain.rewards.builtin import get_reward
+from posttrain.rewards.http import RewardServiceError
+
+
+class Scorer:
+    """A reward service: pays 1.0 when the completion contains the gold answer; can fail first."""
+
+    def __init__(self, fail_first: int = 0, status: int = 503):
+        self.fail_first, self.status = fail_first, status
+        self.requests: list[dict] = []
+        self.headers: list[dict] = []
+        scorer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                scorer.requests.append(body)
+                scorer.headers.append(dict(self.headers))
+                if len(scorer.requests) <= scorer.fail_first:
+                    self.send_response(scorer.status)
+                    self.end_headers()
+                    return
+                rewards = [1.0 if gold in c else 0.0 for c, gold in zip(body["completions"], body["columns"]["answer"])]
+                payload = json.dumps({"rewards": rewards}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/score"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.fixture
+def scorer():
+    servers = []
+
+    def make(**kwargs):
+        servers.append(Scorer(**kwargs))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+TRL_EXTRAS = {"prompts": ["p1", "p2", "p3"], "completion_ids": [[1], [2], [3]], "trainer_state": object(), "log_metric": print}
+
+
+def test_posts_completions_and_json_columns_only(scorer):
+    server = scorer()
+    reward = get_reward("http", url=server.url, batch_size=2)
+    out = reward(["it is 5", "7", "no"], answer=["5", "8", "1"], difficulty=[1, 2, 3], **TRL_EXTRAS)
+    assert out == [1.0, 0.0, 0.0] and reward.__name__ == "http"
+    assert len(server.requests) == 2  # batches of 2 and 1
+    first = server.requests[0]
+    assert first["prompts"] == ["p1", "p2"] and first["completions"] == ["it is 5", "7"]
+    assert first["columns"] == {"answer": ["5", "8"], "difficulty": [1, 2]}  # no trainer_state, no ids
+
+
+def test_retries_server_errors_then_succeeds(scorer):
+    server = scorer(fail_first=2, status=500)
+    reward = get_reward("http", url=server.url, retries=3, backoff=0.01)
+    assert reward(["5"], answer=["5"]) == [1.0]
+    assert len(server.requests) == 3
+
+
+def test_failure_policy(scorer):
+    server = scorer(fail_first=100, status=503)
+    with pytest.raises(RewardServiceError, match="failed after 2 attempts"):
+        get_reward("http", url=server.url, retries=1, backoff=0.01)(["5"], answer=["5"])
+    assert get_reward("http", url=server.url, retries=0, on_error="skip")(["5", "6"], answer=["5", "6"]) == [None, None]
+
+
+def test_client_errors_are_not_retried(scorer):
+    server = scorer(fail_first=100, status=400)
+    with pytest.raises(RewardServiceError, match="HTTP 400"):
+        get_reward("http", url=server.url, retries=3, backoff=0.01)(["5"], answer=["5"])
+    assert len(server.requests) == 1
+
+
+def test_unreachable_service_times_out_cleanly():
+    with pytest.raises(RewardServiceError, match="failed after 2 attempts"):
+        get_reward("http", url="http://127.0.0.1:9/none", retries=1, backoff=0.01, timeout=0.5)(["5"], answer=["5"])
+
+
+def test_api_key_goes_in_the_header_and_never_in_errors(scorer, monkeypatch, caplog):
+    monkeypatch.setenv("SCORER_KEY", "sk-very-secret")
+    server = scorer(fail_first=1)
+    reward = get_reward("http", url=server.url, api_key_env="SCORER_KEY", retries=1, backoff=0.01)
+    assert reward(["5"], answer=["5"]) == [1.0]
+    assert server.headers[-1]["Authorization"] == "Bearer sk-very-secret"
+    assert "sk-very-secret" not in caplog.text
+    with pytest.raises(RewardServiceError) as e:
+        get_reward("http", url="http://127.0.0.1:9/x", api_key_env="SCORER_KEY", retries=0, timeout=0.2)(["5"], answer=["5"])
+    assert "sk-very-secret" not in str(e.value)
