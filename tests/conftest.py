@@ -45,9 +45,10 @@ def data_dir(tmp_path_factory) -> Path:
     return out
 
 
-def run_cli(*args: str, cwd: Path = REPO, timeout: int = 300) -> subprocess.CompletedProcess:
+def run_cli(*args: str, cwd: Path = REPO, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run `python -m posttrain ARGS` as a user would; returns the completed process (text output)."""
-    return subprocess.run([sys.executable, "-m", "posttrain", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
+    return subprocess.run([sys.executable, "-m", "posttrain", *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
 
 
 @pytest.fixture

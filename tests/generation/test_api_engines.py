@@ -274,6 +274,12 @@ def test_keys_come_from_the_environment(monkeypatch, serve):
     assert AnthropicEngine(MODEL, base_url=server.base_url, api_key_env="MY_CLAUDE_KEY", **FAST).generate(["hi"], PARAMS)[0].error is None
     with pytest.raises(UserError, match="MISSING_VAR is not set"):
         OpenAIEngine(MODEL, base_url=server.base_url, api_key_env="MISSING_VAR")
+    monkeypatch.setenv("MY_CLAUDE_KEY", "sk-two\nlines")
+    with pytest.raises(UserError, match="MY_CLAUDE_KEY contains spaces or non-ASCII") as error:
+        AnthropicEngine(MODEL, base_url=server.base_url, api_key_env="MY_CLAUDE_KEY")
+    assert "sk-two" not in str(error.value)
+    with pytest.raises(UserError, match="is not an http"):
+        AnthropicEngine(MODEL, base_url="localhost:8000", api_key=KEY)
 
 
 def test_secret_never_shows_itself():

@@ -117,6 +117,8 @@ def test_chat_prompt_without_a_chat_template_is_a_clear_error(engine):
         with pytest.raises(UserError, match="has no chat template"):
             engine.generate([[{"role": "user", "content": "hi"}]], GREEDY)
         assert engine.generate(["hi"], GREEDY)[0].prompt_tokens == len(engine.tokenizer("hi")["input_ids"])
+        with pytest.raises(UserError, match=r"prompt\(s\) \[1\] are empty"):
+            engine.generate(["hi", ""], GREEDY)
     finally:
         engine.tokenizer.chat_template = template
 

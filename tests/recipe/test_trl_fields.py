@@ -18,7 +18,15 @@ CPU = DeviceInfo("cpu", bf16=False)
 UNSETTABLE = {"parallelism_config"}
 
 
+# RL batch fields must agree with each other (checked at load time), so they get one consistent,
+# non-default set; generation_batch_size excludes steps_per_generation and is tested on its own.
+RL_VALUES = {"per_device_train_batch_size": 6, "num_generations": 3, "steps_per_generation": 8,
+             "gradient_accumulation_steps": 4, "importance_sampling_level": "sequence"}
+
+
 def base_recipe(algorithm: str, **training) -> dict:
+    if algorithm in ("grpo", "gspo"):
+        training.setdefault("rewards", [{"name": "answer_match"}])
     return {
         "model": {"base_model_name": "tiny:qwen2"},
         "data": {"datasets": [{"name": "train.jsonl"}]},
@@ -57,6 +65,9 @@ def test_every_trl_field_reaches_the_config(algorithm, monkeypatch):
     family = TRAINING_MODELS[algorithm]._family
     fields = {n: s for n, s in trl_fields(family).items() if n not in OWNED_ELSEWHERE and n not in UNSETTABLE}
     values = {name: non_default(spec) for name, spec in fields.items()}
+    if family == "grpo":
+        values.pop("generation_batch_size")
+        values.update(RL_VALUES)
     loaded = load_recipe(None, raw=base_recipe(algorithm, **values))
     # TRL's __post_init__ checks combinations (fp16 needs a GPU, ...) that these values break on
     # purpose; skip it so the test sees exactly what the constructor received.
@@ -65,6 +76,8 @@ def test_every_trl_field_reaches_the_config(algorithm, monkeypatch):
     config = build_trl_config(loaded.recipe, CPU, data_format="prompt_completion")
     arrived = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     missing = {n: (v, arrived.get(n)) for n, v in values.items() if arrived.get(n) != v}
+    if family == "grpo":
+        assert arrived["reward_weights"] == [1.0]
     assert not missing, f"{len(missing)} fields did not arrive: {missing}"
     assert len(values) > 100
 
@@ -104,3 +117,8 @@ def test_explicit_recipe_value_beats_posttrain_default():
     loaded = load_recipe(None, raw=base_recipe("cpt", packing=False))
     assert build_trl_config(loaded.recipe, CPU, data_format="text").packing is False
     assert loaded.layer("training.packing") == "recipe"
+
+
+def test_generation_batch_size_arrives():
+    loaded = load_recipe(None, raw=base_recipe("grpo", generation_batch_size=16, num_generations=4, per_device_train_batch_size=8))
+    assert build_trl_config(loaded.recipe, CPU, data_format="prompt").generation_batch_size == 16

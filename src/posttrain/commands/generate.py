@@ -88,11 +88,13 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     import contextlib
     import csv
+    import gc
     import json
     import sys
     import time
     from pathlib import Path
 
+    from posttrain.errors import UserError
     from posttrain.generation.base import SamplingParams
     from posttrain.generation.engines import engine_kind, make_engine
     from posttrain.generation.local import check_params
@@ -102,6 +104,8 @@ def run(args) -> int:
     options = engine_options_per_model(args, {spec: engine_kind(spec) for spec in args.model})
     prompts = load_prompts(args)
     out = Path(args.out)
+    if args.csv and out.suffix == ".csv":
+        raise UserError(f"--out {args.out}: with --csv the CSV goes beside the JSONL output; give --out a .jsonl name")
     out.parent.mkdir(parents=True, exist_ok=True)
     csv_path = out.with_suffix(".csv") if args.csv else None
     with contextlib.ExitStack() as files:
@@ -126,11 +130,13 @@ def run(args) -> int:
                 if f:
                     f.flush()
             print(summary_line(engine.name, completions, seconds))
+            del engine, completions  # free this model before the next one loads
+            gc.collect()
     print(f"wrote {len(prompts) * len(args.model)} rows to {out}" + (f" and {csv_path}" if csv_path else ""))
     return 0
 
 
-def engine_options(args, kind: str) -> dict:
+def options_for_kind(args, kind: str) -> dict:
     """The engine options the flags set for a model of `kind` ("local", "vllm", "api")."""
     options = {}
     for dest, (option, kinds) in FLAG_OPTIONS.items():
@@ -148,7 +154,7 @@ def engine_options_per_model(args, kinds: dict[str, str]) -> dict[str, dict]:
         if getattr(args, dest) is not None and not flag_kinds & set(kinds.values()):
             flag = "--" + dest.replace("_", "-")
             raise UserError(f"{flag} applies to {' and '.join(sorted(flag_kinds))} models only, and none of --model {' '.join(kinds)} is one; remove {flag}")
-    return {spec: engine_options(args, kind) for spec, kind in kinds.items()}
+    return {spec: options_for_kind(args, kind) for spec, kind in kinds.items()}
 
 
 def load_prompts(args) -> list:

@@ -38,7 +38,7 @@ def read_prompt_rows(data_cfg, seed: int):
             elif not answer:
                 dropped[f"empty '{spec.answer_column}'"] += 1
             else:
-                extra = {k: v for k, v in record.items() if k not in (spec.prompt_column, "prompt", "answer")}
+                extra = {k: v for k, v in record.items() if k not in ("prompt", "answer")}
                 prompt = build_prompt(question, template=spec.template, system_prompt=data_cfg.system_prompt,
                                       few_shot=data_cfg.few_shot, use_chat_template=data_cfg.use_chat_template)
                 rows.append({**extra, "prompt": prompt, "answer": answer})

@@ -19,7 +19,9 @@ flight. What every provider shares lives in `HTTPEngine`:
   provider answers that echo it back.
 
 Plain-string prompts become one user message; chats are sent as they are (system messages go to
-the provider's system field where it has one). Token counts come from the provider's usage fields.
+the provider's system field where it has one). Token counts come from the provider's usage fields;
+Completion.extra["attempts"] says how many tries a request took. top_p is sent only when it is not
+1, so a provider's own default applies otherwise (several reject it for some models).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 from posttrain.errors import UserError
 from posttrain.generation.base import Completion, Prompt, SamplingParams
+from posttrain.generation.local import check_params
 
 ON_ERROR_CHOICES = ("fail", "continue")
 RETRYABLE_STATUS = {408, 429} | set(range(500, 600))
@@ -97,6 +100,8 @@ class HTTPEngine:
         self.model = model
         self.name = f"{self.provider}:{model}"
         self.base_url = (base_url or self.default_base_url).rstrip("/")
+        if not self.base_url.startswith(("http://", "https://")) or any(ch.isspace() for ch in self.base_url):
+            raise UserError(f"{self.name}: base_url {self.base_url!r} is not an http(s) URL; e.g. http://localhost:8000/v1")
         self.key = Secret(self._find_key(api_key, api_key_env))
         self.max_workers = max_workers
         self.timeout = timeout
@@ -111,6 +116,9 @@ class HTTPEngine:
         invalid header), or "" where a custom server may need none."""
         env = api_key_env or self.default_key_env
         value = (api_key or os.environ.get(env, "")).strip()
+        if any(not 33 <= ord(ch) < 127 for ch in value):
+            source = "the api_key given" if api_key else f"the environment variable {env}"
+            raise UserError(f"{self.name}: the API key in {source} contains spaces or non-ASCII characters; check how it was set")
         if value or (not api_key_env and self.base_url != self.default_base_url and not self.key_required_for_custom_url):
             return value
         hint = "" if api_key_env else " (or name another variable with --api-key-env)"
@@ -140,6 +148,7 @@ class HTTPEngine:
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
         from tqdm.auto import tqdm
 
+        check_params(params)
         results: list[Completion | None] = [None] * len(prompts)
         bar = tqdm(total=len(prompts), desc=f"generate {self.name}", unit="req", disable=not self.progress)
         lock = threading.Lock()
@@ -192,6 +201,8 @@ class HTTPEngine:
                 problem = f"no answer within the timeout of {self.timeout} s (raise --timeout if the model is slow)"
             except (urllib.error.URLError, ConnectionError, http.client.HTTPException) as e:
                 problem = f"connection failed: {getattr(e, 'reason', None) or type(e).__name__ + ': ' + str(e)}"
+            except ValueError as e:  # http.client rejects a header or URL; its message may quote the header
+                raise self._failed(f"invalid request ({type(e).__name__}: {e})", attempt, fatal=True) from None
             if attempt == self.max_retries:
                 raise self._failed(problem, attempt)
             time.sleep(self._delay(attempt, retry_after))
@@ -271,7 +282,9 @@ class OpenAIEngine(HTTPEngine):
     def request(self, messages, params):
         headers = {"authorization": f"Bearer {self.key.reveal()}"} if self.key.reveal() else {}
         body = {"model": self.model, "messages": messages, self.max_tokens_field: params.max_new_tokens,
-                "temperature": params.temperature, "top_p": params.top_p, "seed": params.seed, "n": 1}
+                "temperature": params.temperature, "seed": params.seed, "n": 1}
+        if params.top_p != 1.0:
+            body["top_p"] = params.top_p
         return f"{self.base_url}/chat/completions", headers, body
 
     def parse(self, answer):
@@ -288,8 +301,8 @@ class OpenAIEngine(HTTPEngine):
 class AnthropicEngine(HTTPEngine):
     """Messages API (POST {base_url}/messages, `x-api-key`, `anthropic-version`).
 
-    System messages go to the top-level `system` field. top_p is sent only when it is not 1:
-    recent Claude models reject temperature and top_p together.
+    System messages go to the top-level `system` field (recent Claude models reject temperature and
+    top_p together, one more reason top_p is only sent when it is not 1).
     """
 
     provider = "anthropic"
@@ -333,12 +346,14 @@ class GeminiEngine(HTTPEngine):
         system, turns = split_system(messages)
         body = {
             "contents": [{"role": "model" if m["role"] == "assistant" else "user", "parts": [{"text": text_of(m["content"])}]} for m in turns],
-            "generationConfig": {"maxOutputTokens": params.max_new_tokens, "temperature": params.temperature,
-                                 "topP": params.top_p, "seed": params.seed},
+            "generationConfig": {"maxOutputTokens": params.max_new_tokens, "temperature": params.temperature, "seed": params.seed},
         }
+        if params.top_p != 1.0:
+            body["generationConfig"]["topP"] = params.top_p
         if system is not None:
             body["systemInstruction"] = {"parts": [{"text": system}]}
-        return f"{self.base_url}/models/{self.model}:generateContent", {"x-goog-api-key": self.key.reveal()}, body
+        model = self.model.removeprefix("models/")  # the API lists models as "models/NAME"
+        return f"{self.base_url}/models/{model}:generateContent", {"x-goog-api-key": self.key.reveal()}, body
 
     def parse(self, answer):
         candidates = answer.get("candidates") or []

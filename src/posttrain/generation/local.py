@@ -68,6 +68,9 @@ class TransformersEngine:
 
         check_params(params)
         encoded = [encode_prompt(self.tokenizer, p, self.use_chat_template) for p in prompts]
+        empty = [i for i, ids in enumerate(encoded) if not ids]
+        if empty:
+            raise UserError(f"prompt(s) {empty[:10]} are empty after tokenization (no chat template around them); give non-empty text")
         order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
         batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         config = self._generation_config(params)

@@ -1,0 +1,106 @@
+"""GRPO and GSPO through the real CLI on a tiny model: live KL, presets, prompt length, rewards, telemetry."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+HERE = Path(__file__).resolve().parent
+# A reward with variance inside each group, so a random tiny model still takes real policy steps.
+GRPO_ARGS = ["training.rewards=[{name: 'user_rewards:digit_share'}, {name: answer_match}]", "training.learning_rate=3e-3",
+             "training.max_steps=4", "training.num_generations=4", "training.per_device_train_batch_size=8",
+             "training.max_completion_length=16", "training.save_steps=100"]
+
+
+def grpo(cli, out: Path, *overrides, recipe="recipes/grpo/tiny-cpu.yaml", env=None, data_dir=None):
+    args = ["train", "--recipe", recipe, f"training.output_dir={out}", *GRPO_ARGS]
+    if data_dir is not None:
+        args.append(f"data.datasets[0].name={data_dir / 'problems.jsonl'}")
+    result = cli(*args, *overrides, env={"PYTHONPATH": str(HERE), **(env or {})})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def beta_runs(tmp_path_factory, data_dir):
+    """Two runs that differ only in training.beta: the default (0.04) and 0.0."""
+    from conftest import run_cli
+
+    root = tmp_path_factory.mktemp("grpo")
+    grpo(run_cli, root / "default", data_dir=data_dir)
+    grpo(run_cli, root / "beta0", "training.beta=0.0", data_dir=data_dir)
+    return root
+
+
+def test_default_beta_reaches_trl_and_kl_is_live(beta_runs):
+    config = json.loads((beta_runs / "default" / "trl_config.json").read_text())
+    assert config["beta"] == 0.04
+    kl = [r["kl"] for r in metrics(beta_runs / "default") if "kl" in r]
+    assert len(kl) == 4 and kl[0] == 0.0 and max(kl[1:]) > 0  # policy == reference only at step 1
+
+
+def test_beta_zero_has_no_kl_channel(beta_runs):
+    assert json.loads((beta_runs / "beta0" / "trl_config.json").read_text())["beta"] == 0.0
+    assert all(r.get("kl", 0.0) == 0.0 for r in metrics(beta_runs / "beta0"))
+
+
+def test_grpo_keeps_trl_clipping_and_gspo_gets_its_preset(cli, tmp_path, beta_runs, data_dir):
+    grpo_config = json.loads((beta_runs / "default" / "trl_config.json").read_text())
+    assert (grpo_config["epsilon"], grpo_config["epsilon_high"], grpo_config["importance_sampling_level"]) == (0.2, None, "token")
+    out = tmp_path / "gspo"
+    grpo(cli, out, recipe="recipes/gspo/tiny-cpu.yaml", data_dir=data_dir)
+    config = json.loads((out / "trl_config.json").read_text())
+    assert config["importance_sampling_level"] == "sequence"
+    assert (config["epsilon"], config["epsilon_high"], config["loss_type"], config["beta"]) == (3e-4, 4e-4, "grpo", 0.0)
+    assert config["steps_per_generation"] == 4 * config["gradient_accumulation_steps"]  # off-policy
+
+
+def test_user_reward_sees_columns_and_long_prompts_are_dropped(cli, tmp_path, data_dir):
+    log = tmp_path / "calls.jsonl"
+    result = grpo(cli, tmp_path / "run", "training.max_steps=1", "data.max_prompt_length=168", env={"REWARD_LOG": str(log)}, data_dir=data_dir)
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert calls and "prompts" in calls[0]["keys"] and "trainer_state" in calls[0]["keys"]
+    golds = {json.loads(line)["answer"].split("####")[1].strip() for line in (data_dir / "problems.jsonl").read_text().splitlines()}
+    assert set(calls[0]["answer"]) <= golds  # gold taken after '####' by the gsm8k template
+    line = next(l for l in result.stdout.splitlines() if l.startswith("data.max_prompt_length=168"))
+    dropped, total = (int(x) for x in line.split("dropped ")[1].split(" prompts")[0].split(" of "))
+    assert 0 < dropped < total == 64, line
+
+
+def test_report_prints_binned_telemetry_of_two_runs(cli, beta_runs, tmp_path):
+    result = cli("report", beta_runs / "default", beta_runs / "beta0", "--bins", "2", "--plot", tmp_path / "t.png")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert "| steps | default | beta0 |" in text and "| 1-2 |" in text and "| 3-4 |" in text
+    kl_table = text.split("## KL")[1].split("##")[0]
+    assert "| 3-4 | " in kl_table and kl_table.count(" - |") == 2  # beta0 has no KL at all
+    assert "beta0: beta=0.0, no KL term" in text
+    assert (tmp_path / "t.png").stat().st_size > 10_000
+
+
+def test_http_reward_service_that_fails_first(cli, tmp_path, data_dir):
+    import sys
+
+    sys.path.insert(0, str(HERE.parent / "rewards"))
+    from test_http_reward import Scorer
+
+    server = Scorer(fail_first=2, status=503)
+    try:
+        grpo(cli, tmp_path / "run", "training.max_steps=1",
+             f"training.rewards=[{{name: http, url: '{server.url}', retries: 3, backoff: 0.05, api_key_env: SCORER_KEY}}]",
+             env={"SCORER_KEY": "sk-e2e-secret"}, data_dir=data_dir)
+    finally:
+        server.close()
+    assert len(server.requests) >= 3  # two failures, then every batch scored
+    body = server.requests[-1]
+    assert set(body["columns"]) >= {"answer", "question"} and len(body["completions"]) == 8
+    record = next(r for r in metrics(tmp_path / "run") if "rewards/http/mean" in r)
+    assert record["rewards/http/mean"] >= 0.0
+    for path in (tmp_path / "run").rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".jsonl", ".yaml", ".md"):
+            assert "sk-e2e-secret" not in path.read_text()
