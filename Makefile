@@ -31,7 +31,8 @@ test: install
 	$(BIN)/python -m pytest -q
 
 benchmark: install
-	$(BIN)/python benchmarks/sft_overhead.py
+	$(BIN)/python benchmarks/trl_overhead.py --algorithm sft
+	$(BIN)/python benchmarks/trl_overhead.py --algorithm grpo
 
 clean:
 	rm -rf runs .pytest_cache

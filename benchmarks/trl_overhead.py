@@ -1,0 +1,123 @@
+"""posttrain's overhead over plain TRL for the same run (same model, data, steps, seed).
+
+    python benchmarks/trl_overhead.py --algorithm sft  [--repeats 5] [--steps 30] [--size 2m]
+    python benchmarks/trl_overhead.py --algorithm grpo [--repeats 5] [--steps 10] [--size 2m]
+
+Runs `posttrain train --recipe recipes/<algorithm>/tiny-cpu.yaml` and the same run written
+directly against TRL (`_direct_trl.py`) alternately, each as a fresh process (imports included, as
+a user experiences it), and reports median wall time, peak RSS, their ratios and the training
+metrics of both (equal numbers show the two really are the same run). Writes
+results/<algorithm>_overhead.json. Goal: wall-time ratio <= 1.05.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+
+def timed(cmd: list[str]) -> tuple[float, float, str]:
+    """Wall seconds, peak RSS (MB) and stdout of one child process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{out[-2000:]}")
+    return seconds, usage.ru_maxrss / 1024, out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algorithm", choices=["sft", "grpo"], default="sft")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=None, help="default: 30 for sft, 10 for grpo")
+    parser.add_argument("--size", default="2m", choices=["1m", "2m", "6m"])
+    args = parser.parse_args()
+
+    sys.path.insert(0, str(REPO / "src"))
+    from posttrain.data.synthetic import write_all
+    from posttrain.models.tiny import resolve_tiny
+
+    from posttrain.evaluation.prompts import MATH_SYSTEM_PROMPT
+
+    steps = args.steps or {"sft": 30, "grpo": 10}[args.algorithm]
+    model_dir = resolve_tiny(f"tiny:qwen2-{args.size}")
+    work = Path(tempfile.mkdtemp(prefix=f"{args.algorithm}-overhead-"))
+    data = write_all(work / "data", n=200, seed=0)["sft" if args.algorithm == "sft" else "problems"]
+    (work / "system.txt").write_text(MATH_SYSTEM_PROMPT)
+    posttrain_cmd = [sys.executable, "-m", "posttrain", "train", "--recipe", f"recipes/{args.algorithm}/tiny-cpu.yaml",
+                     f"model.base_model_name=tiny:qwen2-{args.size}", f"data.datasets[0].name={data}",
+                     f"training.max_steps={steps}", f"training.output_dir={work / 'posttrain'}"]
+    if args.algorithm == "grpo":  # the baseline's reward is answer_match alone
+        posttrain_cmd += ["training.rewards=[{name: answer_match}]", "data.max_prompt_length=null"]
+    trl_cmd = [sys.executable, str(HERE / "_direct_trl.py"), args.algorithm, str(model_dir), str(data), str(work / "trl"), str(steps), str(work / "system.txt")]
+
+    runs: dict[str, list[tuple[float, float]]] = {"posttrain": [], "trl": []}
+    losses: dict[str, float] = {}
+    last_logs: dict[str, dict] = {}
+    for i in range(args.repeats):
+        for name, cmd in (("trl", trl_cmd), ("posttrain", posttrain_cmd)) if i % 2 == 0 else (("posttrain", posttrain_cmd), ("trl", trl_cmd)):
+            seconds, rss, out = timed(cmd)
+            runs[name].append((seconds, rss))
+            if name == "trl":
+                report = json.loads(out.strip().splitlines()[-1])
+                losses[name], last_logs[name] = report["train_loss"], report["last_log"]
+            else:
+                losses[name] = json.loads((work / "posttrain" / "run_summary.json").read_text())["train_loss"]
+                records = [json.loads(line) for line in (work / "posttrain" / "metrics.jsonl").read_text().splitlines()]
+                last_logs[name] = [r for r in records if "loss" in r][-1]
+            print(f"  run {i + 1}/{args.repeats} {name:<9} {seconds:6.2f} s  {rss:7.1f} MB", flush=True)
+
+    med = {k: (statistics.median(s for s, _ in v), max(r for _, r in v)) for k, v in runs.items()}
+    result = {
+        "algorithm": args.algorithm, "model": f"tiny:qwen2-{args.size}", "steps": steps, "repeats": args.repeats,
+        "posttrain_seconds": round(med["posttrain"][0], 3), "trl_seconds": round(med["trl"][0], 3),
+        "wall_ratio": round(med["posttrain"][0] / med["trl"][0], 3),
+        "posttrain_peak_rss_mb": round(med["posttrain"][1], 1), "trl_peak_rss_mb": round(med["trl"][1], 1),
+        "rss_ratio": round(med["posttrain"][1] / med["trl"][1], 3),
+        "posttrain_train_loss": losses["posttrain"], "trl_train_loss": losses["trl"],
+        "metrics_compared": compare_logs(last_logs["posttrain"], last_logs["trl"]),
+    }
+    print()
+    print(f"| run       | wall s (median of {args.repeats}) | peak RSS MB | train loss |")
+    print("|-----------|------------------|-------------|------------|")
+    print(f"| TRL       | {result['trl_seconds']:16.2f} | {result['trl_peak_rss_mb']:11.1f} | {losses['trl']:10.4f} |")
+    print(f"| posttrain | {result['posttrain_seconds']:16.2f} | {result['posttrain_peak_rss_mb']:11.1f} | {losses['posttrain']:10.4f} |")
+    print(f"| ratio     | {result['wall_ratio']:16.3f} | {result['rss_ratio']:11.3f} |            |")
+    agree = result["metrics_compared"]
+    print(f"\nlast logged step, metrics present in both runs: {len(agree['equal'])} equal, {len(agree['different'])} different")
+    for key, (a, b) in agree["different"].items():
+        print(f"  {key}: posttrain {a} vs TRL {b}")
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / f"{args.algorithm}_overhead.json").write_text(json.dumps(result, indent=2) + "\n")
+
+
+def compare_logs(ours: dict, theirs: dict) -> dict:
+    """Which numeric metrics of the last logged step agree (to 1e-6 relative) between the two runs."""
+    equal, different = [], {}
+    for key in sorted(set(ours) & set(theirs)):
+        a, b = ours[key], theirs[key]
+        if not isinstance(a, (int, float)) or not isinstance(b, (int, float)) or key in ("step_time", "step"):
+            continue
+        if abs(a - b) <= 1e-6 * max(1.0, abs(a), abs(b)):
+            equal.append(key)
+        else:
+            different[key] = (a, b)
+    return {"equal": equal, "different": different}
+
+
+if __name__ == "__main__":
+    main()
