@@ -4,7 +4,7 @@ import datasets
 import pytest
 from transformers import AutoTokenizer
 
-from posttrain.data.prompts import enforce_prompt_length, prompt_token_count, read_prompt_rows
+from posttrain.data.prompts import enforce_prompt_length, prompt_token_count, read_prompt_data
 from posttrain.data.templates import build_prompt
 from posttrain.errors import UserError
 from posttrain.evaluation.prompts import MATH_SYSTEM_PROMPT
@@ -18,7 +18,8 @@ def tok(tiny_dir):
 
 def test_gsm8k_template_maps_columns_gold_and_system_prompt(data_dir):
     data = DataSection(datasets=[{"name": str(data_dir / "problems.jsonl"), "template": "gsm8k"}], few_shot=True)
-    ds, reports = read_prompt_rows(data, seed=0)
+    ds, reports, evaluation = read_prompt_data(data, seed=0)
+    assert evaluation is None  # nothing held out unless asked
     row = ds[0]
     assert row["prompt"][0] == {"role": "system", "content": MATH_SYSTEM_PROMPT}
     assert row["prompt"][1]["role"] == "user" and row["prompt"][2]["role"] == "assistant"  # the worked example
@@ -34,7 +35,7 @@ def test_plain_prompts_without_chat_template():
 def test_missing_column_names_it(data_dir):
     data = DataSection(datasets=[{"name": str(data_dir / "problems.jsonl"), "answer_column": "gold"}], )
     with pytest.raises(UserError, match="column 'prompt' not found"):
-        read_prompt_rows(data, seed=0)
+        read_prompt_data(data, seed=0)
 
 
 def _prompts(n_words):
@@ -59,3 +60,10 @@ def test_left_mode_keeps_the_last_tokens(tok):
 def test_every_prompt_too_long_is_an_error(tok):
     with pytest.raises(UserError, match="every prompt is longer"):
         enforce_prompt_length(_prompts([50]), tok, 3, "drop")
+
+
+def test_eval_fraction_holds_out_disjoint_rows(data_dir):
+    data = DataSection(datasets=[{"name": str(data_dir / "problems.jsonl"), "template": "gsm8k"}], eval_fraction=0.25)
+    train, _, evaluation = read_prompt_data(data, seed=0)
+    assert (len(train), len(evaluation)) == (48, 16)
+    assert not {q for q in train["question"]} & {q for q in evaluation["question"]}

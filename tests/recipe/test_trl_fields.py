@@ -68,7 +68,9 @@ def test_every_trl_field_reaches_the_config(algorithm, monkeypatch):
     if family == "grpo":
         values.pop("generation_batch_size")
         values.update(RL_VALUES)
-    loaded = load_recipe(None, raw=base_recipe(algorithm, **values))
+    raw = base_recipe(algorithm, **values)
+    raw["data"]["eval_fraction"] = 0.1  # eval_strategy is set to a non-default too, and needs data
+    loaded = load_recipe(None, raw=raw)
     # TRL's __post_init__ checks combinations (fp16 needs a GPU, ...) that these values break on
     # purpose; skip it so the test sees exactly what the constructor received.
     config_cls = getattr(trl, CONFIG_NAMES[family])

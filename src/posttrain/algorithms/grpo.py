@@ -37,6 +37,7 @@ def build_trainer(run):
         reward_funcs=reward_functions(run.loaded_recipe.recipe.training),
         args=run.trl_config,
         train_dataset=run.train_dataset,
+        eval_dataset=run.eval_dataset,
         processing_class=run.loaded.tokenizer,
         peft_config=run.peft_config,
         callbacks=run.callbacks,

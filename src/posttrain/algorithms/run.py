@@ -19,11 +19,11 @@ from pathlib import Path
 from posttrain.models.loading import DeviceInfo, LoadedModel, load_model, lora_config
 from posttrain.recipe.load import LoadedRecipe, format_differences, resolved_dict, to_yaml
 
-from . import grpo, sft
+from . import dpo, grpo, sft
 from .callbacks import MetricsFile
 from .trl_config import apply_tracking_env, build_trl_config, runtime_defaults
 
-TRAINERS = {"cpt": sft.build_trainer, "sft": sft.build_trainer, "grpo": grpo.build_trainer, "gspo": grpo.build_trainer}
+TRAINERS = {"cpt": sft.build_trainer, "sft": sft.build_trainer, "dpo": dpo.build_trainer, "grpo": grpo.build_trainer, "gspo": grpo.build_trainer}
 
 
 @dataclass
@@ -31,6 +31,7 @@ class Run:
     loaded_recipe: LoadedRecipe
     loaded: LoadedModel
     train_dataset: object
+    eval_dataset: object  # None unless the recipe asks for evaluation
     trl_config: object
     peft_config: object
     output_dir: Path
@@ -67,51 +68,81 @@ def provenance() -> dict:
     return info
 
 
-def run_training(loaded_recipe: LoadedRecipe) -> Path:
+def prepare_data(recipe, seed: int):
+    """(train, eval or None, format, reports) for the recipe's algorithm; no model needed yet."""
     from posttrain.data.formats import prepare_training_data
-    from posttrain.data.prompts import enforce_prompt_length, read_prompt_rows
+    from posttrain.data.prompts import read_prompt_data
     from posttrain.recipe.schema import RL_ALGORITHMS
 
+    if recipe.training.algorithm in RL_ALGORITHMS:
+        train, reports, evaluation = read_prompt_data(recipe.data, seed)
+        return train, evaluation, "prompt", reports
+    train, fmt, reports, evaluation = prepare_training_data(recipe.data, recipe.training.algorithm, seed)
+    return train, evaluation, fmt, reports
+
+
+def fit_prompts(recipe, tokenizer, datasets_: list):
+    """Enforce data.max_prompt_length (GRPO/GSPO/DPO) now that the tokenizer is loaded."""
+    from posttrain.data.prompts import enforce_prompt_length
+
+    out = []
+    for ds in datasets_:
+        if ds is not None and "prompt" in ds.column_names and recipe.data.max_prompt_length is not None:
+            ds, note = enforce_prompt_length(ds, tokenizer, recipe.data.max_prompt_length, recipe.data.prompt_truncation)
+            log(note)
+        out.append(ds)
+    return out
+
+
+def make_trl_config(recipe, device, data_format):
+    """The TRL config, built before the model loads so that settings TRL rejects fail fast (exit 2)."""
+    from posttrain.errors import UserError
+
+    try:
+        return build_trl_config(recipe, device, data_format)
+    except (ValueError, TypeError) as e:
+        raise UserError(f"training: TRL rejected these settings: {e}") from None
+
+
+def run_training(loaded_recipe: LoadedRecipe) -> Path:
     recipe = loaded_recipe.recipe
     training = recipe.training
     seed = training.seed if training.seed is not None else 42
     log(f"posttrain: {training.algorithm} run, recipe {loaded_recipe.source}")
     log(format_differences(loaded_recipe))
 
-    rl = training.algorithm in RL_ALGORITHMS
-    if rl:
-        train_dataset, reports = read_prompt_rows(recipe.data, seed)
-        data_format = "prompt"
-    else:
-        train_dataset, data_format, reports = prepare_training_data(recipe.data, training.algorithm, seed)
+    train_dataset, eval_dataset, data_format, reports = prepare_data(recipe, seed)
     for report in reports:
         log(report.render())
+    if eval_dataset is not None:
+        log(f"evaluation data: {len(eval_dataset)} rows" + (f" (held out: data.eval_fraction={recipe.data.eval_fraction})" if recipe.data.eval_fraction else ""))
 
     device = DeviceInfo.detect()
+    for key, (value, why) in runtime_defaults(recipe, device, data_format).items():
+        if key != "report_to" or value != "none":
+            log(f"training.{key} = {value}  (posttrain at start-up: {why})")
+    apply_tracking_env(recipe)
+    trl_config = make_trl_config(recipe, device, data_format)
+
     loaded = load_model(recipe.model, device)
     for note in loaded.notes:
         log(note)
-    if rl:
-        train_dataset, note = enforce_prompt_length(train_dataset, loaded.tokenizer, recipe.data.max_prompt_length, recipe.data.prompt_truncation)
-        if note:
-            log(note)
-    for key, (value, why) in runtime_defaults(recipe, device, data_format).items():
-        if key not in ("report_to",) or value != "none":
-            log(f"training.{key} = {value}  (posttrain at start-up: {why})")
+    train_dataset, eval_dataset = fit_prompts(recipe, loaded.tokenizer, [train_dataset, eval_dataset])
 
-    apply_tracking_env(recipe)
-    trl_config = build_trl_config(recipe, device, data_format)
     output_dir = Path(trl_config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     if is_main_process():
         header = "".join(f"# {k}: {v}\n" for k, v in provenance().items())
         (output_dir / "resolved_recipe.yaml").write_text(header + to_yaml(resolved_dict(recipe)))
         (output_dir / "trl_config.json").write_text(trl_config.to_json_string())
-        metrics = output_dir / "metrics.jsonl"
-        metrics.unlink(missing_ok=True)
+        (output_dir / "metrics.jsonl").unlink(missing_ok=True)
 
-    run = Run(loaded_recipe, loaded, train_dataset, trl_config, lora_config(recipe.model), output_dir,
-              callbacks=[MetricsFile(output_dir / "metrics.jsonl")])
+    callbacks = [MetricsFile(output_dir / "metrics.jsonl")]
+    if training.early_stopping_patience is not None:
+        from transformers import EarlyStoppingCallback
+
+        callbacks.append(EarlyStoppingCallback(training.early_stopping_patience, training.early_stopping_threshold or 0.0))
+    run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, lora_config(recipe.model), output_dir, callbacks)
     trainer = TRAINERS[training.algorithm](run)
     resume = _resume_arg(training.resume_from_checkpoint, output_dir)
     started = time.time()

@@ -1,12 +1,15 @@
 """Map each dataset to TRL's standard columns and drop rows that cannot train anything.
 
 Formats (TRL's names): `text` -> {"text"}; `prompt_completion` -> {"prompt", "completion"};
-`messages` -> {"messages"}: a list of {"role", "content"} (tool calls allowed). Empty or malformed
-rows are dropped and counted per reason; a dataset that ends up empty is an error naming it.
+`messages` -> {"messages"}: a list of {"role", "content"} (tool calls allowed, with an optional
+`tools` column of function schemas); `preference` -> {"prompt", "chosen", "rejected"}, as text or
+chats. Empty or malformed rows, and preference pairs whose two answers are equal, are dropped and
+counted per reason; a dataset that ends up empty is an error naming it.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -36,6 +39,8 @@ class DataReport:
 def detect_format(spec, columns: list[str], algorithm: str) -> str:
     if algorithm == "cpt":
         return "text"
+    if algorithm == "dpo":
+        return "preference"
     if spec.format != "auto":
         return spec.format
     if spec.messages_column in columns:
@@ -51,22 +56,45 @@ def _columns_for(spec, fmt: str) -> dict[str, str]:
         "text": {"text": spec.text_column},
         "prompt_completion": {"prompt": spec.prompt_column, "completion": spec.completion_column},
         "messages": {"messages": spec.messages_column},
+        "preference": {"prompt": spec.prompt_column, "chosen": spec.chosen_column, "rejected": spec.rejected_column},
     }[fmt]
+
+
+def _chat_problem(msgs, column: str, need_assistant: bool = True) -> str | None:
+    if not isinstance(msgs, list) or not msgs:
+        return f"empty or non-list '{column}'"
+    for m in msgs:
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            return f"message without a valid role in '{column}'"
+        if not (isinstance(m.get("content"), str) and m["content"].strip()) and not m.get("tool_calls"):
+            return f"message with empty content in '{column}'"
+    if need_assistant and not any(m["role"] == "assistant" for m in msgs):
+        return f"no assistant turn in '{column}'"
+    return None
 
 
 def _problem(fmt: str, row: dict) -> str | None:
     """Why a row (already in TRL columns) cannot train, or None if it can."""
     if fmt == "messages":
-        msgs = row["messages"]
-        if not isinstance(msgs, list) or not msgs:
-            return "empty or non-list 'messages'"
-        for m in msgs:
-            if not isinstance(m, dict) or m.get("role") not in ROLES:
-                return "message without a valid role"
-            if not (isinstance(m.get("content"), str) and m["content"].strip()) and not m.get("tool_calls"):
-                return "message with empty content"
-        if not any(m["role"] == "assistant" for m in msgs):
-            return "no assistant turn"
+        return _chat_problem(row["messages"], "messages")
+    if fmt == "preference":
+        kinds = {type(row[c]).__name__ for c in ("chosen", "rejected")}
+        if kinds == {"list"}:
+            for col in ("chosen", "rejected"):
+                if why := _chat_problem(row[col], col):
+                    return why
+            if not (isinstance(row["prompt"], str) or _chat_problem(row["prompt"], "prompt", need_assistant=False) is None):
+                return "malformed 'prompt'"
+        elif kinds != {"str"}:
+            return "'chosen' and 'rejected' of different or non-text types"
+        elif not (isinstance(row["prompt"], (str, list))):
+            return "non-text 'prompt'"
+        elif not row["chosen"].strip() or not row["rejected"].strip():
+            return "empty 'chosen' or 'rejected'"
+        if not row["prompt"]:
+            return "empty 'prompt'"
+        if row["chosen"] == row["rejected"]:
+            return "'chosen' equal to 'rejected'"
         return None
     for col, value in row.items():
         if not isinstance(value, str):
@@ -87,16 +115,21 @@ def prepare_dataset(spec, key: str, algorithm: str, seed: int):
             f"{key} ({spec.name}): column {missing[0]!r} not found for format {fmt!r}; the file has columns "
             f"{raw.column_names}. Map yours with {key}.{_key_for(spec, missing[0], fmt)}=<column>."
         )
+    if fmt == "messages" and spec.tools_column in raw.column_names:
+        mapping["tools"] = spec.tools_column
     raw = raw.select_columns(list(mapping.values()))
     reasons: Counter = Counter()
     rows = []
     for record in raw:
         row = {trl: record[src] for trl, src in mapping.items()}
+        tools = row.pop("tools", None)
         why = _problem(fmt, row)
         if why:
             reasons[why] += 1
-        else:
-            rows.append(row)
+            continue
+        if "tools" in mapping:  # JSON text: function schemas differ in shape, which Arrow cannot hold as structs
+            row["tools"] = tools if isinstance(tools, str) or tools is None else json.dumps(tools)
+        rows.append(row)
     if not rows:
         detail = "; ".join(f"{n} {why}" for why, n in reasons.most_common()) or "no rows"
         raise UserError(f"{key} ({spec.name}): no usable rows ({detail})")
@@ -115,18 +148,42 @@ def _key_for(spec, column: str, fmt: str) -> str:
     return "format"
 
 
-def prepare_training_data(data_cfg, algorithm: str, seed: int):
-    """All datasets of the recipe, concatenated (they must share one format), and their reports."""
+def prepare_datasets(specs, key: str, algorithm: str, seed: int):
+    """Datasets `specs` (found at recipe key `key`), concatenated; they must share one format."""
     import datasets
 
     parts, reports = [], []
-    for i, spec in enumerate(data_cfg.datasets):
-        ds, report = prepare_dataset(spec, f"data.datasets[{i}]", algorithm, seed)
+    for i, spec in enumerate(specs):
+        ds, report = prepare_dataset(spec, f"{key}[{i}]", algorithm, seed)
         parts.append(ds)
         reports.append(report)
     formats = {r.format for r in reports}
     if len(formats) > 1:
         listing = ", ".join(f"{r.key}: {r.format}" for r in reports)
-        raise UserError(f"data.datasets mix formats ({listing}); one run trains on one format. Set format per dataset or split the run.")
+        raise UserError(f"{key} mix formats ({listing}); one run trains on one format. Set format per dataset or split the run.")
     merged = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
     return merged, reports[0].format, reports
+
+
+def prepare_training_data(data_cfg, algorithm: str, seed: int):
+    """Training data, its format, per-dataset reports, and evaluation data (None unless asked for)."""
+    train, fmt, reports = prepare_datasets(data_cfg.datasets, "data.datasets", algorithm, seed)
+    evaluation = None
+    if data_cfg.eval_datasets:
+        evaluation, eval_fmt, eval_reports = prepare_datasets(data_cfg.eval_datasets, "data.eval_datasets", algorithm, seed)
+        if eval_fmt != fmt:
+            raise UserError(f"data.eval_datasets are {eval_fmt!r} but the training data is {fmt!r}; evaluation data must have the training format.")
+        reports += eval_reports
+    train, evaluation = hold_out(train, evaluation, data_cfg.eval_fraction, seed)
+    return train, fmt, reports, evaluation
+
+
+def hold_out(train, evaluation, fraction: float | None, seed: int):
+    """Split `fraction` of the training rows off for evaluation (seeded), if the recipe asks."""
+    if fraction is None:
+        return train, evaluation
+    n_eval = round(len(train) * fraction)
+    if n_eval < 1 or n_eval >= len(train):
+        raise UserError(f"data.eval_fraction={fraction} of {len(train)} rows leaves {n_eval} for evaluation; choose a fraction that keeps both sides non-empty.")
+    split = train.train_test_split(test_size=n_eval, seed=seed, shuffle=True)
+    return split["train"], split["test"]

@@ -17,13 +17,26 @@ from .sources import load_split
 from .templates import build_prompt, gold_answer
 
 
-def read_prompt_rows(data_cfg, seed: int):
-    """All datasets as rows {prompt, answer, ...original columns}; empty prompts/answers dropped and counted."""
+def read_prompt_data(data_cfg, seed: int):
+    """Training prompts, reports, and evaluation prompts (None unless the recipe asks for them)."""
+    from .formats import hold_out
+
+    train, reports = read_prompt_rows(data_cfg, data_cfg.datasets, "data.datasets", seed)
+    evaluation = None
+    if data_cfg.eval_datasets:
+        evaluation, eval_reports = read_prompt_rows(data_cfg, data_cfg.eval_datasets, "data.eval_datasets", seed)
+        reports += eval_reports
+    train, evaluation = hold_out(train, evaluation, data_cfg.eval_fraction, seed)
+    return train, reports, evaluation
+
+
+def read_prompt_rows(data_cfg, specs, key_prefix: str, seed: int):
+    """Datasets as rows {prompt, answer, ...original columns}; empty prompts/answers dropped and counted."""
     import datasets
 
     parts, reports = [], []
-    for i, spec in enumerate(data_cfg.datasets):
-        key = f"data.datasets[{i}]"
+    for i, spec in enumerate(specs):
+        key = f"{key_prefix}[{i}]"
         raw = load_split(spec, key)
         for column in (spec.prompt_column, spec.answer_column):
             if column not in raw.column_names:

@@ -3,8 +3,9 @@ operations, an integer answer). They are the data of the tiny demos and tests, s
 
     python -m posttrain.data.synthetic OUT_DIR [--n 200] [--seed 0]
 
-writes `sft.jsonl` (prompt/completion), `messages.jsonl` (chats), `text.jsonl` (raw text for CPT)
-and `problems.jsonl` (question/answer, GSM8K-style `#### 19` gold).
+writes `sft.jsonl` (prompt/completion), `messages.jsonl` (chats), `text.jsonl` (raw text for CPT),
+`problems.jsonl` (question/answer, GSM8K-style `#### 19` gold) and `preferences.jsonl`
+(prompt/chosen/rejected: the right worked answer preferred over one with a wrong result).
 """
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ def problem(rng: random.Random) -> dict:
     return {"question": q, "answer": ans, "solution": f"{work} The answer is {ans}."}
 
 
+def wrong_solution(p: dict, rng: random.Random) -> str:
+    """The worked solution with a wrong final result (off by a small non-zero amount)."""
+    wrong = p["answer"] + rng.choice([-1, 1]) * rng.randint(1, 9)
+    work = p["solution"].rsplit(" The answer is", 1)[0]
+    head, _, _ = work.rpartition("= ")
+    return f"{head}= {wrong}. The answer is {wrong}."
+
+
 def problems(n: int, seed: int) -> list[dict]:
     rng = random.Random(seed)
     return [problem(rng) for _ in range(n)]
@@ -50,11 +59,13 @@ def problems(n: int, seed: int) -> list[dict]:
 def write_all(out_dir: Path, n: int = 200, seed: int = 0) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     items = problems(n, seed)
+    rng = random.Random(seed + 1)
     rows = {
         "sft": [{"prompt": p["question"], "completion": " " + p["solution"]} for p in items],
         "messages": [{"messages": [{"role": "user", "content": p["question"]}, {"role": "assistant", "content": p["solution"]}]} for p in items],
         "text": [{"text": f"{p['question']} {p['solution']}"} for p in items],
         "problems": [{"question": p["question"], "answer": f"{p['solution']}\n#### {p['answer']}"} for p in items],
+        "preferences": [{"prompt": p["question"], "chosen": " " + p["solution"], "rejected": " " + wrong_solution(p, rng)} for p in items],
     }
     paths = {}
     for name, data in rows.items():

@@ -71,15 +71,18 @@ class DatasetSpec(Section):
     name: str = Field(min_length=1, description="A hub dataset id, or a local .jsonl/.json/.csv/.parquet file.")
     subset: str | None = Field(None, description="Hub configuration name (e.g. 'main' for openai/gsm8k).")
     split: str = Field("train", description="Split, with optional slice: 'train', 'train[:64]', 'test[10%:]'.")
-    format: Literal["auto", "text", "prompt_completion", "messages"] = Field(
+    format: Literal["auto", "text", "prompt_completion", "messages", "preference"] = Field(
         "auto",
         description="How rows are read. 'auto' picks 'messages' if messages_column exists, else 'prompt_completion' if "
-        "prompt_column and completion_column exist, else 'text'. CPT always reads 'text'.",
+        "prompt_column and completion_column exist, else 'text'. CPT always reads 'text', DPO 'preference'.",
     )
     text_column: str = Field("text", description="Column with raw text (format 'text').")
     prompt_column: str = Field("prompt", description="Column with the prompt (format 'prompt_completion').")
     completion_column: str = Field("completion", description="Column with the response the model learns (format 'prompt_completion').")
     messages_column: str = Field("messages", description="Column with a chat: a list of {role, content} (format 'messages').")
+    tools_column: str = Field("tools", description="Optional column with the function schemas offered in a chat (format 'messages'); used when present.")
+    chosen_column: str = Field("chosen", description="DPO: the preferred response (text, or chat messages).")
+    rejected_column: str = Field("rejected", description="DPO: the dispreferred response (text, or chat messages).")
     max_samples: StrictInt | None = Field(None, ge=1, description="Use at most this many rows (after dropping bad ones), shuffled with training.seed.")
     answer_column: str = Field("answer", description="GRPO/GSPO: column with the gold answer that rewards compare against (arrives as `answer`).")
     template: Literal["none", "gsm8k", "openmathinstruct2"] = Field(
@@ -115,6 +118,21 @@ class DataSection(Section):
     )
     system_prompt: str | None = Field(None, description="GRPO/GSPO: system message for every prompt (default: the template's, if any).")
     few_shot: bool = Field(False, description="GRPO/GSPO with a math template: add one worked example in the answer format before the question.")
+    # Evaluation during training: nothing is held out unless the recipe asks.
+    eval_datasets: list[DatasetSpec] = Field(default_factory=list, description="Evaluation data, read like `datasets` (needs training.eval_strategy).")
+    eval_fraction: float | None = Field(
+        None, gt=0.0, lt=1.0, description="Hold out this fraction of the training data (shuffled with training.seed) for evaluation instead."
+    )
+
+    @model_validator(mode="after")
+    def _one_eval_source(self):
+        if self.eval_datasets and self.eval_fraction is not None:
+            raise ValueError("data.eval_datasets and data.eval_fraction are both set; give evaluation data one way.")
+        return self
+
+    @property
+    def has_eval(self) -> bool:
+        return bool(self.eval_datasets) or self.eval_fraction is not None
 
 
 # ------------------------------------------------------------------------------------ tracking
@@ -173,6 +191,13 @@ class TrainingBase(Section):
     # is `model_fields_set`; `trl_kwargs()` forwards exactly those. Explicit null is still validated.
     model_config = ConfigDict(validate_default=False)
     _family: str = "sft"
+
+    early_stopping_patience: StrictInt | None = Field(
+        None, ge=1,
+        description="Stop when the eval metric (metric_for_best_model, default eval loss) has not improved for this many "
+        "evaluations. Needs evaluation data, eval_strategy and load_best_model_at_end=true.",
+    )
+    early_stopping_threshold: float | None = Field(None, ge=0.0, description="Smallest change that counts as an improvement (with early_stopping_patience).")
 
     def trl_kwargs(self) -> dict[str, Any]:
         """The TRL config arguments this section sets (explicitly or by posttrain default)."""
@@ -287,11 +312,14 @@ class GSPOTrainingBase(RLTrainingBase):
 
 CPTTraining = _training_model("cpt", "sft")
 SFTTraining = _training_model("sft", "sft")
+DPOTraining = _training_model("dpo", "dpo")
 GRPOTraining = _training_model("grpo", "grpo", GRPOTrainingBase)
 GSPOTraining = _training_model("gspo", "grpo", GSPOTrainingBase)
 
 # algorithm -> its training section model; an algorithm joins here once it trains end to end.
-TRAINING_MODELS: dict[str, type[TrainingBase]] = {"cpt": CPTTraining, "sft": SFTTraining, "grpo": GRPOTraining, "gspo": GSPOTraining}
+TRAINING_MODELS: dict[str, type[TrainingBase]] = {
+    "cpt": CPTTraining, "sft": SFTTraining, "dpo": DPOTraining, "grpo": GRPOTraining, "gspo": GSPOTraining,
+}
 RL_ALGORITHMS = ("grpo", "gspo")
 
 Training = Annotated[Union[tuple(TRAINING_MODELS.values())], Field(discriminator="algorithm")]
@@ -312,8 +340,28 @@ class Recipe(Section):
         algorithm = self.training.algorithm
         if algorithm in RL_ALGORITHMS:
             return self
-        unused = [f"data.{k}" for k in PROMPT_ONLY_DATA_KEYS if k in self.data.model_fields_set]
+        used_by_dpo = ("max_prompt_length", "prompt_truncation") if algorithm == "dpo" else ()
+        unused = [f"data.{k}" for k in PROMPT_ONLY_DATA_KEYS if k in self.data.model_fields_set and k not in used_by_dpo]
         unused += [f"data.datasets[{i}].{k}" for i, d in enumerate(self.data.datasets) for k in ("template", "answer_column") if k in d.model_fields_set]
         if unused:
             raise ValueError(f"{', '.join(unused)} only apply to {'/'.join(RL_ALGORITHMS)}; algorithm {algorithm} would ignore them. Remove them.")
+        return self
+
+    @model_validator(mode="after")
+    def _evaluation_is_wired(self):
+        """Evaluation data, eval_strategy, best-model loading and early stopping need each other."""
+        t = self.training
+        strategy = t.eval_strategy or "no"
+        if self.data.has_eval and strategy == "no":
+            raise ValueError("evaluation data is given but training.eval_strategy is 'no', so it would never be used; "
+                             "set training.eval_strategy=steps (and eval_steps) or epoch.")
+        if strategy != "no" and not self.data.has_eval:
+            raise ValueError(f"training.eval_strategy={strategy!r} needs evaluation data: set data.eval_datasets or data.eval_fraction.")
+        if t.early_stopping_patience is None:
+            if t.early_stopping_threshold is not None:
+                raise ValueError("training.early_stopping_threshold needs training.early_stopping_patience.")
+            return self
+        if strategy == "no" or not t.load_best_model_at_end:
+            raise ValueError("training.early_stopping_patience needs evaluation (eval_strategy, data.eval_datasets or "
+                             "eval_fraction) and training.load_best_model_at_end=true.")
         return self
