@@ -77,3 +77,9 @@ def test_resolved_recipe_redacts_secrets():
     text = str(resolved_dict(loaded.recipe))
     assert "SECRET" not in text
     assert loaded.recipe.tracking.api_key.get_secret_value() == "sk-SECRET-123"
+
+
+def test_yaml_no_is_read_as_the_word_for_choice_fields():
+    loaded = load_recipe(None, ["training.eval_strategy=no", "training.save_strategy=no"], raw=recipe())
+    assert (loaded.recipe.training.eval_strategy, loaded.recipe.training.save_strategy) == ("no", "no")
+    assert "not valid: expected boolean" in error_of(recipe(), ["model.use_lora=no-thanks"])

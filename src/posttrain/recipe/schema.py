@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictBool, StrictInt, create_model, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, StrictBool, StrictInt, create_model, model_validator
 
 from .trl_fields import trl_fields
 
@@ -167,13 +167,26 @@ _KIND_TYPES: dict[str, Any] = {"bool": StrictBool, "int": StrictInt, "float": fl
 _ITEM_TYPES: dict[str | None, Any] = {None: Any, "bool": bool, "int": int, "float": float, "str": str}
 
 
+def _yaml_word(choices: tuple):
+    """YAML 1.1 reads an unquoted `no` as False: give choice fields their word back (eval_strategy: no)."""
+
+    def restore(value):
+        if isinstance(value, bool):
+            word = "yes" if value else "no"
+            return word if word in choices else value
+        return value
+
+    return BeforeValidator(restore)
+
+
 def _annotation(spec: dict) -> Any:
     types: list[Any] = []
     for kind in spec["kinds"]:
         if kind == "null":
             continue
         if kind == "str" and spec["choices"]:
-            types.append(Literal[tuple(spec["choices"])])
+            choices = tuple(spec["choices"])
+            types.append(Annotated[Literal[choices], _yaml_word(choices)])
         elif kind == "list":
             types.append(list[_ITEM_TYPES[spec["item"]]])
         else:
