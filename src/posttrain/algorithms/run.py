@@ -36,6 +36,7 @@ class Run:
     peft_config: object
     output_dir: Path
     callbacks: list = field(default_factory=list)
+    data_reports: list = field(default_factory=list)
 
 
 def is_main_process() -> bool:
@@ -105,6 +106,22 @@ def make_trl_config(recipe, device, data_format):
 
 
 def run_training(loaded_recipe: LoadedRecipe) -> Path:
+    """Train as the recipe says; returns output_dir."""
+    run, trainer = build_run(loaded_recipe)
+    training = loaded_recipe.recipe.training
+    resume = _resume_arg(training.resume_from_checkpoint, run.output_dir)
+    started = time.time()
+    result = trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(str(run.output_dir))
+    if is_main_process():
+        _write_summary(run, result, time.time() - started)
+        _report_checkpoint(run.output_dir, loaded_recipe.recipe)
+        log(f"done: final model in {run.output_dir}")
+    return run.output_dir
+
+
+def build_run(loaded_recipe: LoadedRecipe):
+    """Everything up to the first training step: data, model, TRL config, output_dir, trainer."""
     recipe = loaded_recipe.recipe
     training = recipe.training
     seed = training.seed if training.seed is not None else 42
@@ -142,17 +159,8 @@ def run_training(loaded_recipe: LoadedRecipe) -> Path:
         from transformers import EarlyStoppingCallback
 
         callbacks.append(EarlyStoppingCallback(training.early_stopping_patience, training.early_stopping_threshold or 0.0))
-    run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, lora_config(recipe.model), output_dir, callbacks)
-    trainer = TRAINERS[training.algorithm](run)
-    resume = _resume_arg(training.resume_from_checkpoint, output_dir)
-    started = time.time()
-    result = trainer.train(resume_from_checkpoint=resume)
-    trainer.save_model(str(output_dir))
-    if is_main_process():
-        _write_summary(run, result, reports, time.time() - started)
-        _report_checkpoint(output_dir, recipe)
-        log(f"done: final model in {output_dir}")
-    return output_dir
+    run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, lora_config(recipe.model), output_dir, callbacks, reports)
+    return run, TRAINERS[training.algorithm](run)
 
 
 def _resume_arg(value, output_dir: Path):
@@ -166,13 +174,13 @@ def _resume_arg(value, output_dir: Path):
     return value
 
 
-def _write_summary(run: Run, result, reports, seconds: float) -> None:
+def _write_summary(run: Run, result, seconds: float) -> None:
     summary = {
         "algorithm": run.loaded_recipe.recipe.training.algorithm,
         "global_step": result.global_step,
         "train_loss": result.training_loss,
         "wall_seconds": round(seconds, 2),
-        "data": [r.render() for r in reports],
+        "data": [r.render() for r in run.data_reports],
         "model_notes": run.loaded.notes,
     }
     (run.output_dir / "run_summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -4,8 +4,10 @@ operations, an integer answer). They are the data of the tiny demos and tests, s
     python -m posttrain.data.synthetic OUT_DIR [--n 200] [--seed 0]
 
 writes `sft.jsonl` (prompt/completion), `messages.jsonl` (chats), `text.jsonl` (raw text for CPT),
-`problems.jsonl` (question/answer, GSM8K-style `#### 19` gold) and `preferences.jsonl`
-(prompt/chosen/rejected: the right worked answer preferred over one with a wrong result).
+`problems.jsonl` (question/answer, GSM8K-style `#### 19` gold), `preferences.jsonl`
+(prompt/chosen/rejected: the right worked answer preferred over one with a wrong result) and
+`tool_calls.jsonl` (OpenAI-format chats in which the assistant calls a calculator tool, with the
+tool's schema in a `tools` column).
 """
 
 from __future__ import annotations
@@ -20,27 +22,27 @@ ITEMS = ["apples", "pencils", "stickers", "marbles", "books", "coins", "cards", 
 
 
 def problem(rng: random.Random) -> dict:
-    """One problem: {'question', 'answer' (int), 'solution' (worked text ending 'The answer is N.')}."""
+    """One problem: {'question', 'answer' (int), 'solution' (worked text ending 'The answer is N.'), 'expression'}."""
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     kind = rng.choice(["add", "sub", "mul", "add_mul"])
     if kind == "add":
         a, b = rng.randint(10, 499), rng.randint(10, 499)
         q = f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have now?"
-        work, ans = f"{a} + {b} = {a + b}.", a + b
+        work, ans, expr = f"{a} + {b} = {a + b}.", a + b, f"{a} + {b}"
     elif kind == "sub":
         a = rng.randint(50, 999)
         b = rng.randint(1, a)
         q = f"{name} has {a} {item} and gives away {b}. How many {item} are left?"
-        work, ans = f"{a} - {b} = {a - b}.", a - b
+        work, ans, expr = f"{a} - {b} = {a - b}.", a - b, f"{a} - {b}"
     elif kind == "mul":
         a, b = rng.randint(2, 12), rng.randint(2, 60)
         q = f"{name} buys {a} boxes with {b} {item} in each box. How many {item} is that?"
-        work, ans = f"{a} * {b} = {a * b}.", a * b
+        work, ans, expr = f"{a} * {b} = {a * b}.", a * b, f"{a} * {b}"
     else:
         a, b, c = rng.randint(2, 9), rng.randint(2, 20), rng.randint(1, 50)
         q = f"{name} has {c} {item} and buys {a} packs of {b}. How many {item} does {name} have?"
-        work, ans = f"{a} * {b} = {a * b}. {a * b} + {c} = {a * b + c}.", a * b + c
-    return {"question": q, "answer": ans, "solution": f"{work} The answer is {ans}."}
+        work, ans, expr = f"{a} * {b} = {a * b}. {a * b} + {c} = {a * b + c}.", a * b + c, f"{a} * {b} + {c}"
+    return {"question": q, "answer": ans, "solution": f"{work} The answer is {ans}.", "expression": expr}
 
 
 def wrong_solution(p: dict, rng: random.Random) -> str:
@@ -49,6 +51,29 @@ def wrong_solution(p: dict, rng: random.Random) -> str:
     work = p["solution"].rsplit(" The answer is", 1)[0]
     head, _, _ = work.rpartition("= ")
     return f"{head}= {wrong}. The answer is {wrong}."
+
+
+CALCULATOR = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression.",
+        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+    },
+}
+
+
+def tool_chat(p: dict) -> dict:
+    """A chat where the assistant calls the calculator, reads the result and answers."""
+    return {
+        "messages": [
+            {"role": "user", "content": p["question"]},
+            {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "calculator", "arguments": {"expression": p["expression"]}}}]},
+            {"role": "tool", "name": "calculator", "content": str(p["answer"])},
+            {"role": "assistant", "content": f"The answer is {p['answer']}."},
+        ],
+        "tools": [CALCULATOR],
+    }
 
 
 def problems(n: int, seed: int) -> list[dict]:
@@ -65,6 +90,7 @@ def write_all(out_dir: Path, n: int = 200, seed: int = 0) -> dict[str, Path]:
         "messages": [{"messages": [{"role": "user", "content": p["question"]}, {"role": "assistant", "content": p["solution"]}]} for p in items],
         "text": [{"text": f"{p['question']} {p['solution']}"} for p in items],
         "problems": [{"question": p["question"], "answer": f"{p['solution']}\n#### {p['answer']}"} for p in items],
+        "tool_calls": [tool_chat(p) for p in items[: max(1, n // 2)]],
         "preferences": [{"prompt": p["question"], "chosen": " " + p["solution"], "rejected": " " + wrong_solution(p, rng)} for p in items],
     }
     paths = {}
