@@ -102,3 +102,30 @@ def test_sft_on_chats_trains_assistant_turns_only(cli, tmp_path, data_dir):
     assert json.loads((out / "trl_config.json").read_text())["assistant_only_loss"] is True
     summary = json.loads((out / "run_summary.json").read_text())
     assert summary["global_step"] == 3 and "messages" in summary["data"][0]
+
+
+def first_losses(out: Path, n: int = 2) -> list[float]:
+    return losses(out)[:n]
+
+
+def test_one_seed_gives_the_same_run_and_another_seed_does_not(cli, tmp_path, data_dir):
+    args = ["recipes/sft/tiny-cpu.yaml", f"data.datasets[0].name={data_dir / 'sft.jsonl'}", "model.use_lora=true",
+            "training.max_steps=2", "training.logging_steps=1"]
+    a = train(cli, tmp_path / "a", *args, "training.seed=7")
+    b = train(cli, tmp_path / "b", *args, "training.seed=7")
+    c = train(cli, tmp_path / "c", *args, "training.seed=8")
+    assert first_losses(a) == first_losses(b)
+    assert first_losses(a)[0] != first_losses(c)[0]  # another data order
+
+
+def test_weighted_mixture_draws_in_proportion(data_dir, tmp_path):
+    from posttrain.data.formats import prepare_training_data
+    from posttrain.recipe.schema import DataSection
+
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(line + "\n" for line in (data_dir / "sft.jsonl").read_text().splitlines()[:8]))
+    data = DataSection(datasets=[{"name": str(data_dir / "sft.jsonl"), "weight": 1.0}, {"name": str(small), "weight": 3.0}])
+    train, fmt, reports, _ = prepare_training_data(data, "sft", seed=0)
+    small_prompts = {__import__("json").loads(l)["prompt"] for l in small.read_text().splitlines()}
+    share = sum(p in small_prompts for p in train["prompt"]) / len(train)
+    assert 0.6 < share < 0.9  # ~3/4 of draws come from the weight-3 dataset, repeating its 8 rows

@@ -141,6 +141,9 @@ def build_run(loaded_recipe: LoadedRecipe):
     apply_tracking_env(recipe)
     trl_config = make_trl_config(recipe, device, data_format)
 
+    from transformers import set_seed
+
+    set_seed(seed)  # before the model loads: LoRA's initialisation draws from the global generator
     loaded = load_model(recipe.model, device)
     for note in loaded.notes:
         log(note)

@@ -161,8 +161,21 @@ def prepare_datasets(specs, key: str, algorithm: str, seed: int):
     if len(formats) > 1:
         listing = ", ".join(f"{r.key}: {r.format}" for r in reports)
         raise UserError(f"{key} mix formats ({listing}); one run trains on one format. Set format per dataset or split the run.")
-    merged = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
-    return merged, reports[0].format, reports
+    return mix(parts, specs, seed), reports[0].format, reports
+
+
+def mix(parts: list, specs, seed: int):
+    """Concatenate, or with weights interleave in proportion (seeded, until every dataset is used up once)."""
+    import datasets
+
+    if len(parts) == 1:
+        return parts[0]
+    weights = [spec.weight for spec in specs]
+    if all(w is None for w in weights):
+        return datasets.concatenate_datasets(parts)
+    weights = [1.0 if w is None else w for w in weights]
+    total = sum(weights)
+    return datasets.interleave_datasets(parts, probabilities=[w / total for w in weights], seed=seed, stopping_strategy="all_exhausted")
 
 
 def prepare_training_data(data_cfg, algorithm: str, seed: int):

@@ -12,7 +12,7 @@ from collections import Counter
 
 from posttrain.errors import UserError
 
-from .formats import DataReport
+from .formats import DataReport, mix
 from .sources import load_split
 from .templates import build_prompt, gold_answer
 
@@ -62,10 +62,8 @@ def read_prompt_rows(data_cfg, specs, key_prefix: str, seed: int):
             ds = ds.shuffle(seed=seed).select(range(spec.max_samples))
         parts.append(ds)
         reports.append(DataReport(key, spec.name, "prompt", len(raw), len(ds), dropped))
-    if len(parts) == 1:
-        return parts[0], reports
-    shared = set.intersection(*(set(p.column_names) for p in parts))
-    return datasets.concatenate_datasets([p.select_columns(sorted(shared)) for p in parts]), reports
+    shared = sorted(set.intersection(*(set(p.column_names) for p in parts)))
+    return mix([p.select_columns(shared) for p in parts], specs, seed), reports
 
 
 def prompt_token_count(prompt, tokenizer) -> list[int]:

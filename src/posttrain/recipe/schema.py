@@ -84,6 +84,11 @@ class DatasetSpec(Section):
     chosen_column: str = Field("chosen", description="DPO: the preferred response (text, or chat messages).")
     rejected_column: str = Field("rejected", description="DPO: the dispreferred response (text, or chat messages).")
     max_samples: StrictInt | None = Field(None, ge=1, description="Use at most this many rows (after dropping bad ones), shuffled with training.seed.")
+    weight: float | None = Field(
+        None, gt=0.0,
+        description="Mixture weight: with weights, rows are drawn from the datasets in these proportions (seeded) until "
+        "every dataset has been seen once, instead of concatenating them. Unset means 1 when another dataset has one.",
+    )
     answer_column: str = Field("answer", description="GRPO/GSPO: column with the gold answer that rewards compare against (arrives as `answer`).")
     template: Literal["none", "gsm8k", "openmathinstruct2"] = Field(
         "none",
