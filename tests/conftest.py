@@ -51,6 +51,12 @@ def run_cli(*args: str, cwd: Path = REPO, timeout: int = 300, env: dict | None =
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def cli():
+    """The real CLI in a subprocess: cli("train", "--recipe", ...) -> CompletedProcess."""
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO

@@ -3,7 +3,9 @@
 import subprocess
 import sys
 
-from conftest import REPO
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_importing_the_cli_and_schema_does_not_import_torch():

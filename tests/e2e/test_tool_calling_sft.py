@@ -8,10 +8,8 @@ from posttrain.recipe.load import load_recipe
 pytestmark = pytest.mark.e2e
 
 
-def test_only_assistant_turns_carry_labels(tmp_path, data_dir, monkeypatch):
-    from conftest import REPO
-
-    monkeypatch.chdir(REPO)
+def test_only_assistant_turns_carry_labels(tmp_path, data_dir, monkeypatch, repo):
+    monkeypatch.chdir(repo)
     loaded = load_recipe("recipes/sft/tiny-tools-cpu.yaml", [f"data.datasets[0].name={data_dir / 'tool_calls.jsonl'}", f"training.output_dir={tmp_path}"])
     run, trainer = build_run(loaded)
     tok = run.loaded.tokenizer

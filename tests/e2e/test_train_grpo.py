@@ -27,13 +27,11 @@ def metrics(out: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def beta_runs(tmp_path_factory, data_dir):
+def beta_runs(tmp_path_factory, data_dir, cli):
     """Two runs that differ only in training.beta: the default (0.04) and 0.0."""
-    from conftest import run_cli
-
     root = tmp_path_factory.mktemp("grpo")
-    grpo(run_cli, root / "default", data_dir=data_dir)
-    grpo(run_cli, root / "beta0", "training.beta=0.0", data_dir=data_dir)
+    grpo(cli, root / "default", data_dir=data_dir)
+    grpo(cli, root / "beta0", "training.beta=0.0", data_dir=data_dir)
     return root
 
 

@@ -6,6 +6,7 @@ point to files that do not exist and every credential is a fake value.
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import pytest
@@ -32,6 +33,7 @@ def moto_server(aws_env):
     """``(host, port)`` of a moto S3 server running in this process for the whole session."""
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one log line per request drowns failures
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     yield server.get_host_and_port()

@@ -6,7 +6,11 @@ Every request is read in full, shown to ``proxy.rule(request)``, and then, by th
 - ``"drop"``         the connection is closed without an answer (a network failure to the client);
 - ``"fake_ok"``      answered ``200`` with an ETag without forwarding (a PUT the server "lost");
 - an ``int``         answered with that HTTP status and an S3-style XML error body;
-- ``("delay", s)``   forwarded after sleeping ``s`` seconds (a slow network).
+- ``("delay", s)``   forwarded after sleeping ``s`` seconds (a slow network);
+- ``("gate", event)`` forwarded once ``event`` (a threading.Event) is set (at most 60 s later), so a
+                     test can hold an upload until its training run reaches a given step.
+
+The rule runs in the proxy's handler threads, outside any lock: a rule with state locks it itself.
 
 ``listen=False`` binds the port but does not listen yet: connections are refused until `start()`,
 which is how a test simulates an endpoint that comes up while the client is retrying.
@@ -15,6 +19,7 @@ which is how a test simulates an endpoint that comes up while the client is retr
 from __future__ import annotations
 
 import http.client
+import socketserver
 import threading
 import time
 from dataclasses import dataclass
@@ -45,8 +50,7 @@ class FaultProxy:
         self.requests: list[Request] = []
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self), bind_and_activate=False)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), _handler(self), bind_and_activate=False)
         self.server.server_bind()
         self.port = self.server.server_address[1]
         if listen:
@@ -70,7 +74,7 @@ class FaultProxy:
     def record(self, request: Request) -> object:
         with self._lock:
             self.requests.append(request)
-            return self.rule(request)
+        return self.rule(request)
 
     def count(self, method: str | None = None, contains: str = "") -> int:
         with self._lock:
@@ -79,14 +83,26 @@ class FaultProxy:
     def fail_first(self, k: int, action: object = 503, method: str | None = None) -> None:
         """Answer the next ``k`` requests (of ``method``, if given) with ``action``, then forward."""
         left = [k]
+        lock = threading.Lock()
 
         def rule(request: Request):
-            if left[0] > 0 and method in (None, request.method):
-                left[0] -= 1
-                return action
+            with lock:
+                if left[0] > 0 and method in (None, request.method):
+                    left[0] -= 1
+                    return action
             return None
 
         self.rule = rule
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind resolves the host name (socket.getfqdn), which can take a while
+        # on machines without DNS; 127.0.0.1 needs no name.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
 
 
 def _handler(proxy: FaultProxy):
@@ -114,6 +130,9 @@ def _handler(proxy: FaultProxy):
             action = proxy.record(request)
             if isinstance(action, tuple) and action[0] == "delay":
                 time.sleep(action[1])
+                action = None
+            if isinstance(action, tuple) and action[0] == "gate":
+                action[1].wait(60)
                 action = None
             if action == "drop":
                 self.close_connection = True

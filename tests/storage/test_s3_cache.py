@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -18,7 +19,9 @@ from posttrain.storage.s3 import make_client, upload_dir
 
 CHILD = """
 import logging, sys
-logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+log = logging.getLogger("posttrain.storage")
+log.addHandler(logging.StreamHandler(sys.stderr))
+log.setLevel(logging.INFO)
 from posttrain.storage.cache import cached_download
 from posttrain.storage.s3 import make_client
 uri, root, endpoint = sys.argv[1:4]
@@ -29,6 +32,13 @@ print(cached_download(uri, cache_root=root, client=make_client(endpoint_url=endp
 def child(uri: str, root: Path, endpoint: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", CHILD, uri, str(root), endpoint], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+def read_line(p: subprocess.Popen, timeout: float) -> str:
+    """The next line ``p`` writes to stderr, or a failure after ``timeout`` seconds (never a hang)."""
+    ready, _, _ = select.select([p.stderr], [], [], timeout)
+    assert ready, f"no output from the child within {timeout} s"
+    return p.stderr.readline()
 
 
 def dead_endpoint_client():
@@ -93,8 +103,7 @@ def test_two_processes_racing_download_once(tmp_path, s3, bucket, proxy):
         fcntl.flock(lock, fcntl.LOCK_EX)
         procs = [child(uri, tmp_path, proxy.url) for _ in range(2)]
         for p in procs:
-            line = p.stderr.readline()
-            assert "waiting for another process" in line, line + p.stderr.read()
+            assert "waiting for another process" in read_line(p, timeout=30)
         fcntl.flock(lock, fcntl.LOCK_UN)
     outs = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs

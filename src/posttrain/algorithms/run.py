@@ -21,6 +21,7 @@ from posttrain.recipe.load import LoadedRecipe, format_differences, resolved_dic
 
 from . import dpo, grpo, sft
 from .callbacks import MetricsFile
+from .resume import checkpoint_problem, checkpoint_step, newest_complete_checkpoint
 from .trl_config import apply_tracking_env, build_trl_config, runtime_defaults
 
 TRAINERS = {"cpt": sft.build_trainer, "sft": sft.build_trainer, "dpo": dpo.build_trainer, "grpo": grpo.build_trainer, "gspo": grpo.build_trainer}
@@ -37,6 +38,7 @@ class Run:
     output_dir: Path
     callbacks: list = field(default_factory=list)
     data_reports: list = field(default_factory=list)
+    resume_from: Path | None = None  # the checkpoint training continues from
 
 
 def is_main_process() -> bool:
@@ -108,8 +110,7 @@ def make_trl_config(recipe, device, data_format):
 def run_training(loaded_recipe: LoadedRecipe) -> Path:
     """Train as the recipe says; returns output_dir."""
     run, trainer = build_run(loaded_recipe)
-    training = loaded_recipe.recipe.training
-    resume = _resume_arg(training.resume_from_checkpoint, run.output_dir)
+    resume = run.resume_from
     started = time.time()
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(str(run.output_dir))
@@ -150,31 +151,53 @@ def build_run(loaded_recipe: LoadedRecipe):
     train_dataset, eval_dataset = fit_prompts(recipe, loaded.tokenizer, [train_dataset, eval_dataset])
 
     output_dir = Path(trl_config.output_dir)
+    resume_from = resume_point(training.resume_from_checkpoint, output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     if is_main_process():
         header = "".join(f"# {k}: {v}\n" for k, v in provenance().items())
         (output_dir / "resolved_recipe.yaml").write_text(header + to_yaml(resolved_dict(recipe)))
         (output_dir / "trl_config.json").write_text(trl_config.to_json_string())
-        (output_dir / "metrics.jsonl").unlink(missing_ok=True)
+        keep_metrics(output_dir / "metrics.jsonl", checkpoint_step(resume_from) if resume_from else 0)
 
     callbacks = [MetricsFile(output_dir / "metrics.jsonl")]
     if training.early_stopping_patience is not None:
         from transformers import EarlyStoppingCallback
 
         callbacks.append(EarlyStoppingCallback(training.early_stopping_patience, training.early_stopping_threshold or 0.0))
-    run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, lora_config(recipe.model), output_dir, callbacks, reports)
+    run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, lora_config(recipe.model), output_dir, callbacks, reports, resume_from)
     return run, TRAINERS[training.algorithm](run)
 
 
-def _resume_arg(value, output_dir: Path):
-    """training.resume_from_checkpoint: None/false -> fresh; 'auto' -> newest checkpoint if any; else a path."""
-    if value in (None, "", "false", False):
+def resume_point(value, output_dir: Path) -> Path | None:
+    """training.resume_from_checkpoint: 'auto' (default) -> the newest complete checkpoint, if any;
+    false/null -> start fresh; a path -> that checkpoint (it must be complete)."""
+    from posttrain.errors import UserError
+
+    if value in (None, False, "false"):
         return None
     if value == "auto":
-        from transformers.trainer_utils import get_last_checkpoint
+        found, notes = newest_complete_checkpoint(output_dir)
+        for note in notes:
+            log(note)
+        if found is not None:
+            log(f"resuming from {found} (training.resume_from_checkpoint=auto; set it to false to start over)")
+        return found
+    path = Path(value)
+    problem = checkpoint_problem(path) if path.is_dir() else "not a directory"
+    if problem:
+        raise UserError(f"training.resume_from_checkpoint: cannot resume from {value}: {problem}")
+    return path
 
-        return get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
-    return value
+
+def keep_metrics(path: Path, upto_step: int) -> None:
+    """Start metrics.jsonl afresh, or when resuming keep the records up to the checkpoint's step."""
+    if not path.is_file():
+        return
+    if upto_step == 0:
+        path.unlink()
+        return
+    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= upto_step]
+    path.write_text("".join(line + "\n" for line in kept))
 
 
 def _write_summary(run: Run, result, seconds: float) -> None:

@@ -216,11 +216,17 @@ class TrainingBase(Section):
         "evaluations. Needs evaluation data, eval_strategy and load_best_model_at_end=true.",
     )
     early_stopping_threshold: float | None = Field(None, ge=0.0, description="Smallest change that counts as an improvement (with early_stopping_patience).")
+    resume_from_checkpoint: Literal["auto"] | StrictBool | str | None = Field(
+        "auto",
+        description="'auto' (default): continue from the newest complete checkpoint in output_dir, if there is one, so a "
+        "crashed run restarted with the same command picks up where it stopped; false: start fresh; or a checkpoint path.",
+    )
 
     def trl_kwargs(self) -> dict[str, Any]:
-        """The TRL config arguments this section sets (explicitly or by posttrain default)."""
+        """The TRL config arguments this section sets (explicitly or by posttrain default); posttrain's own keys stay here."""
         names = trl_fields(self._family)
-        return {k: getattr(self, k) for k in self.model_fields_set if k in names}
+        own = TrainingBase.model_fields
+        return {k: getattr(self, k) for k in self.model_fields_set if k in names and k not in own}
 
 
 def _training_model(algorithm: str, family: str, base: type[TrainingBase] = TrainingBase) -> type[TrainingBase]:

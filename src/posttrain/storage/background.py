@@ -145,8 +145,8 @@ class BackgroundUploader:
             report = upload_dir(self.client, job.source, job.dest.bucket, job.dest.prefix, retries=self.retries,
                                 backoff=self.backoff, exclude=job.exclude)
         except Exception as exc:
-            failure = UploadFailure(str(job.local_dir), job.dest.uri, describe(exc) if not isinstance(exc, UploadError)
-                                    else str(exc), kept=str(job.source))
+            reason = exc.reason if isinstance(exc, UploadError) else describe(exc)
+            failure = UploadFailure(str(job.local_dir), job.dest.uri, reason, kept=str(job.source))
             log.error("upload failed: %s", failure.render())
             with self._lock:
                 self._failures.append(failure)

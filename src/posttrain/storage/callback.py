@@ -42,6 +42,10 @@ class S3CheckpointUploader(TrainerCallback):
     ``delete_local_after_upload`` removes each local checkpoint once its upload is verified (to
     save disk; a resume then downloads it from S3); it cannot be combined with
     ``load_best_model_at_end``, which reloads a local checkpoint at the end of training.
+
+    Under torch.distributed, give the callback to the Trainer on *every* rank: ``on_save`` waits at a
+    barrier so that rank 0 snapshots the folder only after all ranks wrote their files; only rank 0
+    uploads.
     """
 
     def __init__(self, uploader: BackgroundUploader, dest: S3Location | str, *, upload_checkpoints: bool = True,

@@ -56,19 +56,23 @@ class UploadFailure:
     kept: str
 
     def render(self) -> str:
-        return f"{self.local_dir} -> {self.uri}: {self.error} (local copy kept at {self.kept})"
+        where = (f"local copy kept at {self.kept}" if os.path.exists(self.kept)
+                 else f"no local copy left: {self.kept} was deleted during the upload")
+        return f"{self.local_dir} -> {self.uri}: {self.error} ({where})"
 
 
 class UploadError(StorageError):
     """Files that did not arrive complete after every retry; nothing local was deleted.
 
-    ``missing`` lists the relative paths not verified remotely (single upload); ``failures`` lists
-    whole folders (background uploads); ``reports`` the uploads that did succeed before this error.
+    ``missing`` lists the relative paths not verified remotely (single upload) and ``reason`` says
+    why in one line; ``failures`` lists whole folders (background uploads); ``reports`` the uploads
+    that did succeed before this error.
     """
 
-    def __init__(self, message: str, *, missing: list[str] | None = None,
+    def __init__(self, message: str, *, missing: list[str] | None = None, reason: str | None = None,
                  failures: list[UploadFailure] | None = None, reports: list | None = None):
         super().__init__(message)
+        self.reason = reason or message
         self.missing = list(missing or [])
         self.failures = list(failures or [])
         self.reports = list(reports or [])

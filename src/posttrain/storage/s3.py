@@ -29,6 +29,7 @@ import random
 import re
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,8 +83,27 @@ def make_client(endpoint_url: str | None = None, region: str | None = None, *, m
                    connect_timeout=connect_timeout, read_timeout=read_timeout)
     if endpoint_url:
         options["s3"] = {"addressing_style": "path"}
-    session = boto3.session.Session()
+    session = boto3.session.Session(botocore_session=_botocore_session())
     return session.client("s3", endpoint_url=endpoint_url, region_name=region, config=Config(**options))
+
+
+_LOADER_LOCK = threading.Lock()
+_shared_loader = None
+
+
+def _botocore_session():
+    """A new botocore session (own credentials and config) sharing one cache of parsed service
+    models: building a client then takes ~15 ms instead of ~100 ms of JSON parsing."""
+    import botocore.session
+
+    global _shared_loader
+    session = botocore.session.Session()
+    with _LOADER_LOCK:
+        if _shared_loader is None:
+            _shared_loader = session.get_component("data_loader")
+        else:
+            session.register_component("data_loader", _shared_loader)
+    return session
 
 
 def transfer_config():
@@ -137,9 +157,10 @@ def upload_dir(client, local_dir: str | Path, bucket: str, prefix: str, *, retri
 
     def fail(missing: list[str], why: str) -> UploadError:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        return UploadError(f"upload of {local_dir} to {dest.uri}/ is incomplete: {len(missing)} of {len(files)} "
-                           f"files not verified ({shown}): {why}. Nothing local was deleted; check the endpoint "
-                           f"and credentials, then upload again.", missing=missing)
+        reason = f"{len(missing)} of {len(files)} files not verified ({shown}): {why}"
+        return UploadError(f"upload of {local_dir} to {dest.uri}/ is incomplete: {reason}. Nothing local was "
+                           f"deleted; check the endpoint and credentials, then upload again.", missing=missing,
+                           reason=reason)
 
     def why(exc: Exception) -> str:
         if is_transient(exc):
@@ -214,14 +235,19 @@ def list_sizes(client, location: S3Location) -> dict[str, int]:
 
 
 def read_manifest(client, location: S3Location) -> dict | None:
-    """The manifest of a completed `upload_dir` at ``location``, or None if there is none."""
+    """The manifest of a completed `upload_dir` at ``location``: None if there is none, ``{}`` if
+    the object is not a manifest (not JSON, not an object)."""
     try:
         body = client.get_object(Bucket=location.bucket, Key=location.key(MANIFEST_NAME))["Body"].read()
     except Exception as exc:
         if error_code(exc) in ("NoSuchKey", "404"):
             return None
         raise
-    return json.loads(body)
+    try:
+        manifest = json.loads(body)
+    except ValueError:
+        manifest = None
+    return manifest if isinstance(manifest, dict) else {}
 
 
 _CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)")
@@ -242,7 +268,8 @@ def latest_checkpoint(client, location: S3Location) -> S3Location | None:
                 steps.append(int(m.group(1)))
     for step in sorted(steps, reverse=True):
         candidate = location.child(f"checkpoint-{step}")
-        if read_manifest(client, candidate) is not None:
+        manifest = read_manifest(client, candidate)
+        if manifest and isinstance(manifest.get("files"), dict):
             return candidate
         log.warning("%s has no upload manifest (its upload did not finish); skipping it", candidate.uri)
     return None
@@ -274,6 +301,9 @@ def download_dir(client, bucket: str, prefix: str, dest: str | Path, *, retries:
     manifest = with_retries(f"manifest of {source.uri}", lambda: read_manifest(client, source), retries=retries,
                             backoff=backoff)
     if manifest is not None:
+        if not isinstance(manifest.get("files"), dict):
+            raise StorageError(f"{source.uri}/{MANIFEST_NAME} is not a posttrain upload manifest; delete it to "
+                               f"download the folder as listed")
         wrong = sorted(rel for rel, size in manifest["files"].items() if objects.get(rel) != size)
         if wrong:
             raise StorageError(f"{source.uri}/ is incomplete: {len(wrong)} files listed in its upload manifest are "
