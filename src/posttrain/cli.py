@@ -64,12 +64,15 @@ def cmd_validate(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from posttrain.recipe.load import load_recipe
+    from posttrain.recipe.load import load_recipe, redact_overrides
     from posttrain.recipe.preflight import preflight
 
     recipe_path, overrides = _split_recipe_args(args)
     loaded = load_recipe(recipe_path, overrides)
     preflight(loaded.recipe)
+    # Trackers record the command line (wandb's run metadata, our resolved_recipe.yaml): a secret
+    # given as an override is already in the recipe object, so blank it out of argv.
+    sys.argv[1:] = redact_overrides(sys.argv[1:])
     from posttrain.algorithms.run import run_training  # heavy imports start here
 
     run_training(loaded)

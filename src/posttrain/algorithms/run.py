@@ -22,7 +22,7 @@ from posttrain.recipe.load import LoadedRecipe, format_differences, resolved_dic
 from . import dpo, grpo, sft
 from .callbacks import MetricsFile
 from .resume import checkpoint_problem, checkpoint_step, newest_complete_checkpoint
-from .trl_config import apply_tracking_env, build_trl_config, runtime_defaults
+from .trl_config import build_trl_config, runtime_defaults
 
 TRAINERS = {"cpt": sft.build_trainer, "sft": sft.build_trainer, "dpo": dpo.build_trainer, "grpo": grpo.build_trainer, "gspo": grpo.build_trainer}
 
@@ -61,7 +61,7 @@ def provenance() -> dict:
     info = {
         "posttrain": posttrain.__version__, "trl": trl.__version__, "transformers": transformers.__version__,
         "peft": peft.__version__, "torch": torch.__version__, "python": platform.python_version(),
-        "command": " ".join(["posttrain", *sys.argv[1:]]), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "command": " ".join(["posttrain", *sys.argv[1:]]),  # secrets already redacted by the CLI "date": datetime.datetime.now().isoformat(timespec="seconds"),
     }
     try:
         here = Path(__file__).resolve().parent
@@ -139,8 +139,11 @@ def build_run(loaded_recipe: LoadedRecipe):
     for key, (value, why) in runtime_defaults(recipe, device, data_format).items():
         if key != "report_to" or value != "none":
             log(f"training.{key} = {value}  (posttrain at start-up: {why})")
-    apply_tracking_env(recipe)
     trl_config = make_trl_config(recipe, device, data_format)
+    from posttrain.tracking import configure as configure_tracking
+
+    for note in configure_tracking(recipe.tracking, Path(trl_config.output_dir)):
+        log(note)
 
     from transformers import set_seed
 

@@ -3,7 +3,7 @@ that depend on the machine or the data (see `posttrain.recipe.defaults`)."""
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
 
 from posttrain.recipe.schema import CONFIG_NAMES, Recipe
 
@@ -21,25 +21,12 @@ def runtime_defaults(recipe: Recipe, device, data_format: str | None) -> dict[st
         out["dataloader_pin_memory"] = (False, "cpu: nothing to pin to")
     tracking = recipe.tracking
     out["report_to"] = (tracking.provider, "tracking.provider")
-    if tracking.run_name:
-        out["run_name"] = (tracking.run_name, "tracking.run_name")
+    if tracking.provider != "none":
+        run_name = tracking.run_name or Path(recipe.training.output_dir).name
+        out["run_name"] = (run_name, "tracking.run_name" if tracking.run_name else "the output directory's name")
     if tracking.project:
         out["project"] = (tracking.project, "tracking.project")
     return out
-
-
-def apply_tracking_env(recipe: Recipe) -> None:
-    """Provider settings that transformers' integrations read from the environment."""
-    t = recipe.tracking
-    if t.provider == "wandb":
-        if t.project:
-            os.environ["WANDB_PROJECT"] = t.project
-        if t.tags:
-            os.environ["WANDB_TAGS"] = ",".join(t.tags)
-        if t.mode == "offline":
-            os.environ["WANDB_MODE"] = "offline"
-        if t.api_key is not None:
-            os.environ["WANDB_API_KEY"] = t.api_key.get_secret_value()
 
 
 def config_kwargs(recipe: Recipe, device, data_format: str | None) -> dict:

@@ -215,6 +215,16 @@ def _json(value):
     return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
 
 
+def redact_overrides(items) -> list[str]:
+    """A command line with the values of secret overrides (tracking.api_key=...) replaced by ***."""
+    out = []
+    for item in items:
+        key, eq, _ = item.partition("=")
+        last = key.replace("]", "").split(".")[-1].split("[")[0]
+        out.append(f"{key}={REDACTED}" if eq and last in SECRET_KEYS else item)
+    return out
+
+
 def _redact(node):
     if isinstance(node, dict):
         return {k: (REDACTED if k in SECRET_KEYS and v else _redact(v)) for k, v in node.items()}

@@ -149,6 +149,14 @@ class TrackingSection(Section):
     mode: Literal["online", "offline"] = Field("online", description="wandb only: 'offline' logs locally with no network; sync later.")
     api_key: SecretStr | None = Field(None, description="Provider API key. Prefer the environment (WANDB_API_KEY); never written to logs or files.")
 
+    @model_validator(mode="after")
+    def _key_needs_a_service(self):
+        if self.api_key is not None and self.provider in ("none", "tensorboard"):
+            raise ValueError(f"tracking.api_key is set but provider {self.provider!r} uses no key; remove it.")
+        if self.mode == "offline" and self.provider != "wandb":
+            raise ValueError("tracking.mode=offline applies to wandb only.")
+        return self
+
 
 # ------------------------------------------------------------------------------------ training
 # TRL fields that posttrain drives from another key: setting them in `training` is an error that

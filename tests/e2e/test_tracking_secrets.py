@@ -1,0 +1,40 @@
+"""Tracking works offline, and API keys from the recipe or the environment appear nowhere."""
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+RECIPE_KEY = "rk_0123456789abcdef0123456789abcdef01234567"
+ENV_KEY = "ek_fedcba9876543210fedcba9876543210fedcba98"
+
+
+def test_wandb_offline_run_keeps_keys_secret(cli, tmp_path, data_dir):
+    out = tmp_path / "run"
+    result = cli("train", "--recipe", "recipes/sft/tiny-cpu.yaml", f"training.output_dir={out}",
+                 f"data.datasets[0].name={data_dir / 'sft.jsonl'}", "training.max_steps=2",
+                 "tracking.provider=wandb", "tracking.mode=offline", "tracking.project=posttrain-tests",
+                 "tracking.tags=[ci, tiny]", f"tracking.api_key={RECIPE_KEY}",
+                 env={"WANDB_API_KEY": ENV_KEY, "MY_OTHER_TOKEN": ENV_KEY})
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = list((out / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb"))  # the offline run, inside output_dir
+    assert "tracking: wandb offline" in result.stdout
+
+    for text in (result.stdout, result.stderr):
+        assert RECIPE_KEY not in text and ENV_KEY not in text
+    checked = 0
+    for path in out.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert RECIPE_KEY.encode() not in data and ENV_KEY.encode() not in data, path
+            checked += 1
+    assert checked > 10
+    assert "api_key: '***'" in (out / "resolved_recipe.yaml").read_text()
+    assert json.loads((out / "trl_config.json").read_text())["run_name"] == "run"
+
+
+def test_tracking_package_missing_or_misused_is_a_recipe_error(cli):
+    result = cli("validate", "recipes/sft/tiny-cpu.yaml", "tracking.provider=tensorboard", "tracking.api_key=x")
+    assert result.returncode == 2 and "uses no key" in result.stderr
