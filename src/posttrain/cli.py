@@ -98,7 +98,8 @@ def cmd_make_tiny_model(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="posttrain",
-        description="Post-train language models (CPT, SFT) from validated YAML recipes.",
+        description="Post-train language models (CPT, SFT, DPO, GRPO, GSPO) from validated YAML recipes, then "
+        "evaluate them and say with paired statistics whether a change helped.",
         epilog="Run 'posttrain COMMAND --help' for a command's options. Docs: README.md.",
     )
     parser.add_argument("--version", action="version", version=f"posttrain {__import__('posttrain').__version__}")

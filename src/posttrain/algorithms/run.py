@@ -152,6 +152,10 @@ def build_run(loaded_recipe: LoadedRecipe):
     for note in loaded.notes:
         log(note)
     train_dataset, eval_dataset = fit_prompts(recipe, loaded.tokenizer, [train_dataset, eval_dataset])
+    if data_format == "preference":
+        from posttrain.data.prompts import long_pairs_note
+
+        log(long_pairs_note(train_dataset, loaded.tokenizer, trl_config.max_length, trl_config.truncation_mode))
 
     output_dir = Path(trl_config.output_dir)
     resume_from = resume_point(training.resume_from_checkpoint, output_dir)
