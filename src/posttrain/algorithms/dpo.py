@@ -18,12 +18,4 @@ from __future__ import annotations
 def build_trainer(run):
     from trl import DPOTrainer
 
-    return DPOTrainer(
-        model=run.loaded.model,
-        args=run.trl_config,
-        train_dataset=run.train_dataset,
-        eval_dataset=run.eval_dataset,
-        processing_class=run.loaded.tokenizer,
-        peft_config=run.peft_config,
-        callbacks=run.callbacks,
-    )
+    return DPOTrainer(**run.trainer_kwargs())

@@ -32,13 +32,4 @@ def reward_functions(training) -> list:
 def build_trainer(run):
     from trl import GRPOTrainer
 
-    return GRPOTrainer(
-        model=run.loaded.model,
-        reward_funcs=reward_functions(run.loaded_recipe.recipe.training),
-        args=run.trl_config,
-        train_dataset=run.train_dataset,
-        eval_dataset=run.eval_dataset,
-        processing_class=run.loaded.tokenizer,
-        peft_config=run.peft_config,
-        callbacks=run.callbacks,
-    )
+    return GRPOTrainer(reward_funcs=reward_functions(run.loaded_recipe.recipe.training), **run.trainer_kwargs())

@@ -15,12 +15,4 @@ from __future__ import annotations
 def build_trainer(run):
     from trl import SFTTrainer
 
-    return SFTTrainer(
-        model=run.loaded.model,
-        args=run.trl_config,
-        train_dataset=run.train_dataset,
-        eval_dataset=run.eval_dataset,
-        processing_class=run.loaded.tokenizer,
-        peft_config=run.peft_config,
-        callbacks=run.callbacks,
-    )
+    return SFTTrainer(**run.trainer_kwargs())
