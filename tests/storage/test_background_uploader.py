@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -122,3 +124,26 @@ def test_submit_rejects_missing_folder_and_use_after_close(tmp_path, s3):
     uploader.close()
     with pytest.raises(RuntimeError, match="after close"):
         uploader.submit(tmp_path, "s3://bkt/x")
+
+
+CRASHING_SCRIPT = """
+import logging, sys, time
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+from posttrain.storage.background import BackgroundUploader
+from posttrain.storage.s3 import make_client
+folder, dest, endpoint = sys.argv[1:4]
+uploader = BackgroundUploader(make_client(endpoint_url=endpoint, max_attempts=1), backoff=0.01)
+uploader.submit(folder, dest)
+time.sleep(0.25)  # usually mid-upload now, so the exit path must also finish an upload in progress
+raise RuntimeError("training crashed")  # no wait(), no close()
+"""
+
+
+def test_queued_uploads_finish_when_the_program_crashes(tmp_path, s3, bucket, proxy):
+    folder = make_folder(tmp_path, "checkpoint-8")
+    proxy.rule = lambda r: ("delay", 0.1) if r.method == "PUT" else None
+    done = subprocess.run([sys.executable, "-c", CRASHING_SCRIPT, str(folder), f"s3://{bucket}/run/checkpoint-8",
+                           proxy.url], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "training crashed" in done.stderr
+    assert "finishing 1 queued S3 uploads before exit" in done.stderr and "upload failed" not in done.stderr
+    assert keys(s3, bucket, "run/checkpoint-8/") == {"f0.bin", "f1.bin", "f2.bin", "sub/state.json", MANIFEST_NAME}

@@ -20,6 +20,8 @@ from posttrain.models.loading import DeviceInfo, LoadedModel, load_model, lora_c
 from posttrain.recipe.load import LoadedRecipe, format_differences, resolved_dict, to_yaml
 
 from . import dpo, grpo, sft
+from posttrain.storage.run_storage import run_storage, use_s3_settings_for_sources
+
 from .callbacks import MetricsFile
 from .resume import checkpoint_problem, checkpoint_step, newest_complete_checkpoint
 from .trl_config import build_trl_config, runtime_defaults
@@ -39,6 +41,7 @@ class Run:
     callbacks: list = field(default_factory=list)
     data_reports: list = field(default_factory=list)
     resume_from: Path | None = None  # the checkpoint training continues from
+    storage: object = None  # NoStorage or S3RunStorage
 
     def trainer_kwargs(self) -> dict:
         """What every TRL trainer takes; algorithm modules add their own (reward functions, ...)."""
@@ -115,13 +118,15 @@ def make_trl_config(recipe, device, data_format):
 def run_training(loaded_recipe: LoadedRecipe) -> Path:
     """Train as the recipe says; returns output_dir."""
     run, trainer = build_run(loaded_recipe)
-    resume = run.resume_from
     started = time.time()
-    result = trainer.train(resume_from_checkpoint=resume)
+    result = trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
     trainer.save_model(str(run.output_dir))
     if is_main_process():
         _write_summary(run, result, time.time() - started)
         _report_checkpoint(run.output_dir, loaded_recipe.recipe)
+        uploaded = run.storage.finish(run.output_dir)
+        if uploaded:
+            log(uploaded)
         log(f"done: final model in {run.output_dir}")
     return run.output_dir
 
@@ -134,6 +139,7 @@ def build_run(loaded_recipe: LoadedRecipe):
     log(f"posttrain: {training.algorithm} run, recipe {loaded_recipe.source}")
     log(format_differences(loaded_recipe))
 
+    use_s3_settings_for_sources(recipe.s3)
     train_dataset, eval_dataset, data_format, reports = prepare_data(recipe, seed)
     for report in reports:
         log(report.render())
@@ -171,12 +177,14 @@ def build_run(loaded_recipe: LoadedRecipe):
         (output_dir / "trl_config.json").write_text(trl_config.to_json_string())
         keep_metrics(output_dir / "metrics.jsonl", checkpoint_step(resume_from) if resume_from else 0)
 
-    callbacks = [MetricsFile(output_dir / "metrics.jsonl")]
+    storage = run_storage(recipe.s3)
+    callbacks = [MetricsFile(output_dir / "metrics.jsonl"), *storage.callbacks()]
     if training.early_stopping_patience is not None:
         from transformers import EarlyStoppingCallback
 
         callbacks.append(EarlyStoppingCallback(training.early_stopping_patience, training.early_stopping_threshold or 0.0))
-    run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, lora_config(recipe.model), output_dir, callbacks, reports, resume_from)
+    run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, lora_config(recipe.model), output_dir, callbacks, reports,
+              resume_from, storage)
     return run, TRAINERS[training.algorithm](run)
 
 

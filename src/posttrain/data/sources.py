@@ -10,14 +10,26 @@ from posttrain.recipe.preflight import looks_local
 LOADERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
 
+def _local_copy(uri: str) -> Path:
+    """An s3:// data file, downloaded once per machine into the cache (keeps its name and suffix)."""
+    from posttrain.storage.cache import cached_download
+
+    path = cached_download(uri)
+    if path.suffix not in LOADERS:
+        raise UserError(f"{uri}: not a data file with one of the suffixes {', '.join(LOADERS)}")
+    return path
+
+
 def load_split(spec, key: str):
     """One `datasets.Dataset` for a DatasetSpec; `key` names it in errors (data.datasets[0])."""
     import datasets
 
+    from posttrain.storage.location import is_s3_uri
+
     datasets.disable_progress_bars()
     try:
-        if looks_local(spec.name):
-            path = Path(spec.name).expanduser()
+        if is_s3_uri(spec.name) or looks_local(spec.name):
+            path = _local_copy(spec.name) if is_s3_uri(spec.name) else Path(spec.name).expanduser()
             if not path.is_file():
                 raise UserError(f"{key}.name: data file {spec.name!r} does not exist")
             if path.stat().st_size == 0:

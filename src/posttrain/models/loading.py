@@ -39,11 +39,15 @@ class LoadedModel:
 
 
 def resolve_source(name: str) -> str:
-    """A model name as transformers can load it: `tiny:` specs become their cached directory."""
+    """A model name as transformers can load it: `tiny:` specs and s3:// folders become cached directories."""
     if name == "tiny" or name.startswith("tiny:"):
         from .tiny import resolve_tiny
 
         return str(resolve_tiny(name))
+    if name.startswith("s3://"):  # a model or adapter folder, downloaded once per machine
+        from posttrain.storage.cache import cached_download
+
+        return str(cached_download(name))
     return str(Path(name).expanduser()) if Path(name).expanduser().exists() else name
 
 

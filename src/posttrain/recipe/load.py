@@ -251,7 +251,7 @@ def differences(loaded: LoadedRecipe) -> list[tuple[str, Any, Any, str]]:
     rows = []
     resolved = resolved_dict(loaded.recipe)
     for section, values in resolved.items():
-        for key, value in values.items():
+        for key, value in (values or {}).items():
             path = f"{section}.{key}"
             if (section, key) in (("data", "datasets"), ("training", "algorithm")):
                 rows.append((path, value, None, loaded.layer(path)))

@@ -6,8 +6,6 @@ inside TRL. Keys are written as paths with `*` for any list index.
 
 MIGRATIONS: dict[str, str] = {
     "wandb": "the tracking section replaced it: write tracking: {provider: wandb, project: ..., run_name: ...}.",
-    "s3": "cloud storage is not available in this version of posttrain yet; remove the s3 section "
-    "(checkpoints stay in training.output_dir).",
     "training.max_prompt_length": "TRL removed max_prompt_length from its configs (it truncated nothing in recent "
     "versions); posttrain enforces prompt length in the data step: use data.max_prompt_length.",
     "training.max_seq_length": "TRL renamed it: use training.max_length.",

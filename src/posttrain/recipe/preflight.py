@@ -20,7 +20,9 @@ TRACKING_PACKAGES = {"wandb": "wandb", "tensorboard": "tensorboard", "mlflow": "
 
 
 def looks_local(name: str) -> bool:
-    """A data or model name that refers to the local disk rather than a hub id."""
+    """A data or model name that refers to the local disk rather than a hub id or s3:// URI."""
+    if name.startswith("s3://"):
+        return False
     return name.startswith((".", "/", "~")) or name.endswith(DATA_SUFFIXES) or Path(name).expanduser().exists()
 
 
@@ -50,6 +52,16 @@ def preflight(recipe: Recipe) -> None:
             problems.append(Problem(key, "bitsandbytes quantisation (QLoRA) needs a CUDA GPU and none is visible; set it to false (plain LoRA) or run on a GPU machine."))
         elif importlib.util.find_spec("bitsandbytes") is None:
             problems.append(Problem(key, "needs the bitsandbytes package: pip install bitsandbytes"))
+
+    from posttrain.storage.location import S3Location, is_s3_uri
+
+    sources = [("model.base_model_name", name)] + [(f"data.datasets[{i}].name", d.name) for i, d in enumerate(recipe.data.datasets)]
+    for key, value in sources:
+        if is_s3_uri(value):
+            try:
+                S3Location.parse(value)
+            except ValueError as e:
+                problems.append(Problem(key, str(e)))
 
     for i, ds in enumerate(recipe.data.datasets):
         if looks_local(ds.name) and not Path(ds.name).expanduser().is_file():

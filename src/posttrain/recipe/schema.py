@@ -158,6 +158,25 @@ class TrackingSection(Section):
         return self
 
 
+# ---------------------------------------------------------------------------------- storage
+class S3Section(Section):
+    bucket: str = Field(min_length=1, description="Bucket that receives checkpoints and the final model.")
+    prefix: str = Field("", description="Key prefix of this run: s3://bucket/prefix/checkpoint-N/ and .../final/.")
+    region: str | None = Field(None, description="Region (default: the AWS environment's).")
+    endpoint_url: str | None = Field(None, description="An S3-compatible server (MinIO, Ceph, R2, ...); also used for s3:// model and data sources.")
+    upload_checkpoints: bool = Field(True, description="Upload each checkpoint in the background as it is saved (training does not wait).")
+    upload_final_model: bool = Field(True, description="Upload the final model to .../final/ after it is saved; the run waits for all uploads and reports them.")
+    delete_local_after_upload: bool = Field(
+        False, description="Delete a local checkpoint once its upload is verified complete (every file present with the right size)."
+    )
+
+    @model_validator(mode="after")
+    def _delete_needs_upload(self):
+        if self.delete_local_after_upload and not self.upload_checkpoints:
+            raise ValueError("s3.delete_local_after_upload needs s3.upload_checkpoints=true (nothing would be uploaded before deleting).")
+        return self
+
+
 # ------------------------------------------------------------------------------------ training
 # TRL fields that posttrain drives from another key: setting them in `training` is an error that
 # names the key to use instead (otherwise they would be silently ignored or fight posttrain).
@@ -366,6 +385,13 @@ class Recipe(Section):
     data: DataSection
     training: Training
     tracking: TrackingSection = Field(default_factory=TrackingSection)
+    s3: S3Section | None = Field(None, description="Upload checkpoints and the final model to S3 (or an S3-compatible store).")
+
+    @model_validator(mode="after")
+    def _local_checkpoints_needed(self):
+        if self.s3 is not None and self.s3.delete_local_after_upload and self.training.load_best_model_at_end:
+            raise ValueError("s3.delete_local_after_upload deletes the checkpoints that training.load_best_model_at_end reloads; turn one off.")
+        return self
 
     @model_validator(mode="after")
     def _keys_used_by_this_algorithm(self):

@@ -6,14 +6,16 @@ One worker thread takes folders from a queue, one at a time, in order, and uploa
 - A folder is deleted locally (``delete_after=True``) only after its upload was verified.
 - A failed upload is logged when it happens, kept in `failures`, and raised by `wait()`; its local
   files stay where they are (the failure says where).
+- Uploads still queued when the program ends (say, training raised) are finished before it exits.
 - ``snapshot=True`` hard-links the folder's files into a private staging folder *in the caller's
   thread, before submit returns*; the upload reads the snapshot, so the original may be deleted
-  (by checkpoint rotation) or rewritten at once. Hard links cost no copy and no disk; where the
-  filesystem refuses them the files are copied. The snapshot is removed once its upload is verified.
+  (by checkpoint rotation) at once. Hard links cost no copy and no disk; where the filesystem
+  refuses them the files are copied. The snapshot is removed once its upload is verified.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -21,11 +23,12 @@ import queue
 import shutil
 import tempfile
 import threading
+import weakref
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .errors import UploadError, UploadFailure, describe
+from .errors import UploadError, UploadFailure, chain, describe
 from .location import S3Location
 from .s3 import UploadReport, upload_dir
 
@@ -64,6 +67,8 @@ class BackgroundUploader:
         self._failures: list[UploadFailure] = []
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._use_threads = True  # off at exit, when thread pools no longer take work
+        atexit.register(_finish_at_exit, weakref.ref(self))
 
     def submit(self, local_dir: str | Path, dest: S3Location | str, *, delete_after: bool = False,
                snapshot: bool = False, exclude: tuple[str, ...] = ()) -> None:
@@ -127,8 +132,11 @@ class BackgroundUploader:
     def __enter__(self) -> BackgroundUploader:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """Finish the queue; raise `UploadError` for failures no `wait` collected (unless already raising)."""
         self.close()
+        if exc_type is None:
+            self.wait()
 
     def _work(self) -> None:
         while (job := self._queue.get()) is not None:
@@ -141,10 +149,17 @@ class BackgroundUploader:
         self._queue.task_done()
 
     def _run(self, job: _Job) -> None:
+        threads = self._use_threads
         try:
             report = upload_dir(self.client, job.source, job.dest.bucket, job.dest.prefix, retries=self.retries,
-                                backoff=self.backoff, exclude=job.exclude)
+                                backoff=self.backoff, exclude=job.exclude, use_threads=threads)
         except Exception as exc:
+            if threads and (not self._use_threads or _pools_shut_down(exc)):
+                # The program began to exit mid-upload and thread pools stopped taking work: go
+                # again in this thread (uploads of the same files are idempotent).
+                self._use_threads = False
+                log.info("program exiting: uploading %s again without threads", job.local_dir)
+                return self._run(job)
             reason = exc.reason if isinstance(exc, UploadError) else describe(exc)
             failure = UploadFailure(str(job.local_dir), job.dest.uri, reason, kept=str(job.source))
             log.error("upload failed: %s", failure.render())
@@ -161,6 +176,28 @@ class BackgroundUploader:
         log.info(report.render())
         with self._lock:
             self._reports.append(report)
+
+
+def _pools_shut_down(exc: BaseException) -> bool:
+    """True if ``exc`` comes from a thread pool refusing work because the interpreter is exiting."""
+    return any(isinstance(e, RuntimeError) and "interpreter shutdown" in str(e) for e in chain(exc))
+
+
+def _finish_at_exit(ref: weakref.ref) -> None:
+    """If the program ends (a crash included) with uploads still queued, finish them first.
+
+    The worker is a daemon thread, so a forgotten `close` can never hang the interpreter; daemon
+    threads keep running while atexit handlers run, so this is where queued checkpoints still get
+    out. Failures are logged by the worker as they happen.
+    """
+    uploader = ref()
+    if uploader is None or uploader._closed:
+        return
+    pending = sum(uploader._in_flight.values())
+    if pending:
+        log.warning("finishing %d queued S3 uploads before exit", pending)
+    uploader._use_threads = False
+    uploader.close()
 
 
 def _snapshot(local_dir: Path, exclude: tuple[str, ...]) -> Path:

@@ -9,14 +9,17 @@ Why checkpoint rotation cannot delete a folder that is still uploading (transfor
 ``Trainer._save_checkpoint`` writes ``checkpoint-N``, then calls ``rotate_checkpoints``, which
 ``shutil.rmtree``s the oldest ``checkpoint-*`` folders beyond ``save_total_limit``, and only then
 fires ``on_save``. So the rotation at step N+k deletes ``checkpoint-N`` while its upload (queued at
-step N) may still be running, and no callback event runs between the save and the rotation in
-which one could wait. Instead, ``on_save`` hands the uploader a *hard-linked snapshot* of the
-folder, taken synchronously before ``on_save`` returns (milliseconds, no copy): rotation removes the
-checkpoint's names, the snapshot's names keep the data, and the snapshot is deleted once the upload
-is verified. The alternative, blocking the training loop until older uploads finish, would
-make training wait for the network, which is what a background upload exists to avoid.
-Also deleted by the Trainer: the non-best checkpoint at the end of training when
-``save_total_limit=1`` and ``load_best_model_at_end``; the snapshot covers that case the same way.
+step N) may still be running, and no callback event runs between the save and the rotation.
+
+The protection: ``on_save`` hands the uploader a *hard-linked snapshot* of the folder, taken
+synchronously before ``on_save`` returns (milliseconds, no copy, no extra disk): rotation removes
+the checkpoint's names, the snapshot's names keep the data, and the snapshot is deleted once its
+upload is verified. The alternative, waiting in ``on_step_end`` whenever ``control.should_save`` is
+set until older uploads finish, would stall training on the network whenever uploads fall behind,
+and would miss saves decided after that event (``save_strategy="best"``). The snapshot also covers
+the Trainer's other deletion: the non-best checkpoint at the end of training when
+``save_total_limit=1`` and ``load_best_model_at_end``. Disk: a checkpoint deleted by rotation
+occupies space until its upload finishes (its data is still referenced by the snapshot).
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ class UploadError(StorageError):
         self.reports = list(reports or [])
 
 
-def _chain(exc: BaseException | None) -> list[BaseException]:
+def chain(exc: BaseException | None) -> list[BaseException]:
     """``exc`` and the exceptions behind it (boto3 wraps a ClientError in S3UploadFailedError)."""
     seen, out = set(), []
     while exc is not None and id(exc) not in seen:
@@ -92,7 +92,7 @@ def error_code(exc: BaseException) -> str | None:
     """The S3 error code (``NoSuchBucket``, ``503``...) of ``exc`` or of what it wraps, if any."""
     from botocore.exceptions import ClientError
 
-    for e in _chain(exc):
+    for e in chain(exc):
         if isinstance(e, ClientError):
             return str(e.response.get("Error", {}).get("Code") or e.response.get("ResponseMetadata", {}).get("HTTPStatusCode"))
     return None
@@ -110,7 +110,7 @@ def is_transient(exc: BaseException) -> bool:
 
     network = (ConnectionError, HTTPClientError, IncompleteReadError, FlexibleChecksumError, RetriesExceededError,
                TransientMismatch)
-    for e in _chain(exc):
+    for e in chain(exc):
         if isinstance(e, ClientError):
             return error_code(e) not in PERMANENT_CODES
         if isinstance(e, network):
@@ -126,7 +126,7 @@ def describe(exc: BaseException) -> str:
     """One line for logs and error messages: error code, HTTP status, message, a hint; secrets removed."""
     from botocore.exceptions import ClientError
 
-    for e in _chain(exc):
+    for e in chain(exc):
         if isinstance(e, ClientError):
             err = e.response.get("Error", {})
             code = err.get("Code", "?")

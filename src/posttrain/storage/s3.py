@@ -106,12 +106,16 @@ def _botocore_session():
     return session
 
 
-def transfer_config():
-    """boto3's managed-transfer settings (multipart threshold and part size, threads)."""
+def transfer_config(use_threads: bool = True):
+    """boto3's managed-transfer settings (multipart threshold and part size, threads).
+
+    ``use_threads=False`` transfers in the calling thread: needed once the interpreter is shutting
+    down, when thread pools refuse new work ("cannot schedule new futures after interpreter shutdown").
+    """
     from boto3.s3.transfer import TransferConfig
 
     return TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_CHUNKSIZE,
-                          max_concurrency=MAX_CONCURRENCY, use_threads=True)
+                          max_concurrency=MAX_CONCURRENCY, use_threads=use_threads)
 
 
 def with_retries(what: str, fn: Callable[[], T], *, retries: int, backoff: float) -> T:
@@ -132,11 +136,11 @@ def with_retries(what: str, fn: Callable[[], T], *, retries: int, backoff: float
 # ---- upload ---------------------------------------------------------------------------------------
 
 def upload_dir(client, local_dir: str | Path, bucket: str, prefix: str, *, retries: int = 5, backoff: float = 0.5,
-               exclude: tuple[str, ...] = (), write_manifest: bool = True) -> UploadReport:
+               exclude: tuple[str, ...] = (), write_manifest: bool = True, use_threads: bool = True) -> UploadReport:
     """Upload every file under ``local_dir`` to ``s3://bucket/prefix/<relative path>``, then verify.
 
     ``exclude``: glob patterns matched against the first path component (``checkpoint-*`` keeps
-    checkpoints out of a final-model upload). Each file is retried on transient errors; after all
+    checkpoints out of a final-model upload); ``use_threads``: see `transfer_config`. Each file is retried on transient errors; after all
     are sent, the prefix is listed and any file missing or of the wrong size is sent again, once
     more through the same retries. Raises `UploadError` (naming what is missing) if anything is
     still not verified, or at once on a permanent error (credentials, bucket). A local file that
@@ -148,7 +152,7 @@ def upload_dir(client, local_dir: str | Path, bucket: str, prefix: str, *, retri
         raise StorageError(f"cannot upload {local_dir}: not a directory")
     dest = S3Location.parse(f"s3://{bucket}/{prefix}")
     files = _local_files(local_dir, exclude)
-    config = transfer_config()
+    config = transfer_config(use_threads)
 
     def send(rel: str) -> None:
         with_retries(f"upload of {rel} to {dest.uri}",
