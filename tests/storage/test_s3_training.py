@@ -69,3 +69,20 @@ def test_secrets_never_reach_files_logs_or_uploads(cli, moto_server, s3, bucket,
 def test_bad_s3_uri_is_a_recipe_error(cli):
     result = cli("validate", "recipes/sft/tiny-cpu.yaml", "data.datasets[0].name=s3:///nobucket.jsonl")
     assert result.returncode == 2 and "data.datasets[0].name" in result.stderr
+
+
+def test_resume_downloads_the_newest_uploaded_checkpoint(cli, moto_server, s3, bucket, tmp_path, data_dir):
+    """Local checkpoints deleted after upload (or a fresh machine): auto-resume fetches the uploaded one."""
+    out = tmp_path / "run"
+    base = ["train", "--recipe", "recipes/sft/tiny-cpu.yaml", f"training.output_dir={out}", f"data.datasets[0].name={data_dir / 'sft.jsonl'}",
+            "training.save_steps=2", f"s3.bucket={bucket}", "s3.prefix=r", f"s3.endpoint_url=http://{moto_server[0]}:{moto_server[1]}",
+            "s3.delete_local_after_upload=true", "training.logging_steps=1"]
+    first = cli(*base, "training.max_steps=4")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert not list(out.glob("checkpoint-*"))  # deleted locally once verified in S3
+    second = cli(*base, "training.max_steps=6")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "downloaded checkpoint-4 from S3" in second.stdout and "resuming from" in second.stdout
+    assert json.loads((out / "run_summary.json").read_text())["global_step"] == 6
+    steps = [json.loads(l)["step"] for l in (out / "metrics.jsonl").read_text().splitlines() if "loss" in json.loads(l)]
+    assert steps[-2:] == [5, 6] and 1 in steps  # continued after step 4, the first run's records kept

@@ -169,7 +169,8 @@ def build_run(loaded_recipe: LoadedRecipe):
         log(long_pairs_note(train_dataset, loaded.tokenizer, trl_config.max_length, trl_config.truncation_mode))
 
     output_dir = Path(trl_config.output_dir)
-    resume_from = resume_point(training.resume_from_checkpoint, output_dir)
+    storage = run_storage(recipe.s3)
+    resume_from = resume_point(training.resume_from_checkpoint, output_dir, storage)
     output_dir.mkdir(parents=True, exist_ok=True)
     if is_main_process():
         header = "".join(f"# {k}: {v}\n" for k, v in provenance().items())
@@ -177,7 +178,6 @@ def build_run(loaded_recipe: LoadedRecipe):
         (output_dir / "trl_config.json").write_text(trl_config.to_json_string())
         keep_metrics(output_dir / "metrics.jsonl", checkpoint_step(resume_from) if resume_from else 0)
 
-    storage = run_storage(recipe.s3)
     callbacks = [MetricsFile(output_dir / "metrics.jsonl"), *storage.callbacks()]
     if training.early_stopping_patience is not None:
         from transformers import EarlyStoppingCallback
@@ -188,9 +188,9 @@ def build_run(loaded_recipe: LoadedRecipe):
     return run, TRAINERS[training.algorithm](run)
 
 
-def resume_point(value, output_dir: Path) -> Path | None:
-    """training.resume_from_checkpoint: 'auto' (default) -> the newest complete checkpoint, if any;
-    false/null -> start fresh; a path -> that checkpoint (it must be complete)."""
+def resume_point(value, output_dir: Path, storage) -> Path | None:
+    """training.resume_from_checkpoint: 'auto' (default) -> the newest complete checkpoint, local or
+    (with an s3 section) uploaded, if any; false/null -> start fresh; a path -> that checkpoint."""
     from posttrain.errors import UserError
 
     if value in (None, False, "false"):
@@ -199,6 +199,10 @@ def resume_point(value, output_dir: Path) -> Path | None:
         found, notes = newest_complete_checkpoint(output_dir)
         for note in notes:
             log(note)
+        remote = storage.fetch_checkpoint(output_dir, checkpoint_step(found) if found else 0)
+        if remote is not None:
+            log(f"downloaded {remote.name} from S3: newer than any complete local checkpoint")
+            found = remote
         if found is not None:
             log(f"resuming from {found} (training.resume_from_checkpoint=auto; set it to false to start over)")
         return found

@@ -15,6 +15,9 @@ class NoStorage:
     def callbacks(self) -> list:
         return []
 
+    def fetch_checkpoint(self, output_dir, newer_than: int):
+        return None
+
     def finish(self, output_dir) -> str | None:
         return None
 
@@ -26,7 +29,25 @@ class S3RunStorage:
 
         self.settings = s3
         self.dest = S3Location.parse(f"s3://{s3.bucket}/{s3.prefix.strip('/')}".rstrip("/"))
-        self.uploader = BackgroundUploader(make_client(s3.endpoint_url, s3.region))
+        self.client = make_client(s3.endpoint_url, s3.region)
+        self.uploader = BackgroundUploader(self.client)
+
+    def fetch_checkpoint(self, output_dir, newer_than: int):
+        """Download the newest completely uploaded checkpoint into output_dir if it is newer than
+        step `newer_than` (local checkpoints deleted after upload, or a run moved to a new machine)."""
+        import re
+        import shutil
+        from pathlib import Path
+
+        from .s3 import download_dir, latest_checkpoint
+
+        remote = latest_checkpoint(self.client, self.dest)
+        if remote is None or int(re.search(r"(\d+)$", remote.name).group(1)) <= newer_than:
+            return None
+        local = Path(output_dir) / remote.name
+        if local.exists():  # an incomplete local copy: the uploaded one is complete
+            shutil.rmtree(local)
+        return download_dir(self.client, remote.bucket, remote.prefix, local)
 
     def callbacks(self) -> list:
         from .callback import S3CheckpointUploader
