@@ -15,6 +15,7 @@ import random
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 # Bump whenever the output of `build_tiny_model` changes (corpus, tokenizer, template, sizes), so
@@ -152,6 +153,10 @@ def resolve_tiny(spec: str) -> Path:
     final = cache_root() / "tiny" / f"{arch}-{size}-v{BUILDER_VERSION}"
     if (final / "config.json").is_file():
         return final
+    if os.environ.get("LOCAL_RANK", "0") != "0":
+        # Under torchrun/accelerate, transformers saves weights on the main rank only, so a build here
+        # would hold just the tokenizer: wait for local rank 0's build instead.
+        return _wait_for(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
     try:
@@ -163,6 +168,15 @@ def resolve_tiny(spec: str) -> Path:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _wait_for(final: Path, timeout: float = 600.0) -> Path:
+    deadline = time.monotonic() + timeout
+    while not (final / "config.json").is_file():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout:.0f} s for local rank 0 to build {final}")
+        time.sleep(0.2)
     return final
 
 

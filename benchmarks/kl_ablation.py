@@ -1,0 +1,431 @@
+"""The KL ablation, offline: one pre-trained tiny base, GRPO with and without the KL term, paired evaluation.
+
+    python benchmarks/kl_ablation.py                    # the full experiment (CPU, no model hub)
+    python benchmarks/kl_ablation.py --rebuild-base     # ... retraining the cached base
+    python benchmarks/kl_ablation.py --fast --out DIR   # the same pipeline at toy sizes, in seconds (tests)
+    python benchmarks/kl_ablation.py --split dev        # evaluate on the dev split (for tuning)
+
+Every stage is a `posttrain` command run as a subprocess; this script only writes data, chooses
+overrides, times the stages and assembles the report. Nothing is trained here.
+
+1. data      Arithmetic word problems (`posttrain.data.synthetic`, GSM8K's shape). The held-out set
+             is exactly what `posttrain compare --task arithmetic --n N` evaluates (seed 1234); a dev
+             set (seed 99) is for tuning. Training problems come from seed 0 with every held-out
+             and dev question removed; the script checks the files it wrote and stops if one
+             held-out question is in any of them.
+2. base      `posttrain make-tiny-model` (byte-level BPE, digits as separate tokens), then
+             `posttrain train` with recipes/demo/kl-ablation/base-pretrain.yaml (question ->
+             worked solution) and base-chat.yaml (the evaluation's system prompt and chat
+             template; most answers free-form, a share written with <think>/<answer> tags).
+             Cached in OUT/base-<hash of recipes, overrides and data>; --rebuild-base retrains.
+3. arms      `posttrain train` with grpo-beta0.04.yaml, grpo-beta0.yaml (identical but for
+             training.beta) and gspo.yaml, each from the same base.
+4. compare   `posttrain compare` of base and every arm on the held-out problems: strict and loose
+             accuracy, exact McNemar test for every pair.
+5. telemetry `posttrain report` of the arms: reward, length, entropy, KL by step range, plot.
+6. report    OUT/report.md (both tables, n, seeds, recipes, wall times), printed at the end.
+
+Threads: every stage uses what torch picks for this machine unless OMP_NUM_THREADS says
+otherwise; the report states which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import random
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+RECIPES = REPO / "recipes" / "demo" / "kl-ablation"
+ARM_RECIPES = {"grpo-beta0.04": "grpo-beta0.04.yaml", "grpo-beta0": "grpo-beta0.yaml", "gspo": "gspo.yaml"}
+
+TRAIN_SEED = 0  # posttrain.data.synthetic seed of every training problem
+HELDOUT_SEED = 1234  # the arithmetic task's generator seed (posttrain's default): the held-out set
+DEV_SEED = 99  # a second held-out generator seed, used only for tuning (--split dev)
+EVAL_SEED = 0  # compare --seed: which N items of the task, and sampling (greedy here)
+TAG_SEED = 2  # which chat examples are written with <think>/<answer> tags
+PROBLEM_KINDS = {"gets": "add", "gives away": "sub", "boxes with": "mul", "packs of": "add_mul"}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Sizes of one variant of the experiment; every training knob is a recipe override."""
+
+    model_size: str  # posttrain make-tiny-model --size
+    n_pretrain: int  # training problems for base stage 1
+    n_chat: int  # ... for base stage 2
+    n_grpo: int  # ... GRPO/GSPO prompts
+    n_eval: int  # held-out problems every arm answers
+    max_new_tokens: int
+    pretrain: tuple[str, ...] = ()  # overrides of base-pretrain.yaml
+    chat: tuple[str, ...] = ()  # overrides of base-chat.yaml
+    arms: dict[str, tuple[str, ...]] = field(default_factory=dict)  # overrides per arm
+
+
+FULL = Scale(model_size="2m", n_pretrain=30_000, n_chat=5_000, n_grpo=2_000, n_eval=500, max_new_tokens=48)
+
+GRPO_FAST = ("training.max_steps=3", "training.num_generations=4", "training.per_device_train_batch_size=8",
+             "training.max_completion_length=16")
+FAST = Scale(
+    model_size="1m", n_pretrain=256, n_chat=64, n_grpo=32, n_eval=16, max_new_tokens=24,
+    pretrain=("training.max_steps=8", "training.per_device_train_batch_size=16", "training.warmup_steps=0",
+              "training.save_steps=4"),
+    chat=("training.max_steps=4", "training.per_device_train_batch_size=8", "training.warmup_steps=0"),
+    arms={"grpo-beta0.04": GRPO_FAST, "grpo-beta0": GRPO_FAST,
+          "gspo": ("training.max_steps=4", "training.num_generations=4", "training.per_device_train_batch_size=8",
+                   "training.max_completion_length=16")},
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+
+
+def problem_key(question: str) -> tuple:
+    """The computation a question asks for (its kind and numbers), whatever the names and items."""
+    kind = next((k for phrase, k in PROBLEM_KINDS.items() if phrase in question), "other")
+    return (kind, tuple(int(n) for n in re.findall(r"\d+", question)))
+
+
+def tagged(solution: str, answer: int) -> str:
+    """A worked solution in the <think>/<answer> format the evaluation asks for."""
+    work = solution.rsplit(" The answer is", 1)[0]
+    return f"<think>{work}</think>\n<answer>{answer}</answer>"
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build_data(out: Path, scale: Scale, tag_share: float) -> dict:
+    """Write the training splits and the held-out record; return the manifest (also data/manifest.json)."""
+    from posttrain.data.synthetic import problems
+    from posttrain.evaluation.prompts import MATH_SYSTEM_PROMPT
+    from posttrain.evaluation.tasks import load_task
+
+    out.mkdir(parents=True, exist_ok=True)
+    # Exactly the items `posttrain compare --task arithmetic --n N --seed 0 [--data-seed S]` answers.
+    heldout = load_task("arithmetic", n=scale.n_eval, seed=EVAL_SEED, data_seed=HELDOUT_SEED)
+    dev = load_task("arithmetic", n=scale.n_eval, seed=EVAL_SEED, data_seed=DEV_SEED)
+    excluded = {item["question"] for item in heldout + dev}
+    wanted = scale.n_pretrain + scale.n_chat + scale.n_grpo
+    draw = wanted + wanted // 10 + 100
+    while True:  # seed 0 is one stream: a longer draw extends a shorter one
+        pool, seen = [], set()
+        for drawn, p in enumerate(problems(draw, TRAIN_SEED), 1):
+            if p["question"] not in excluded and p["question"] not in seen:
+                seen.add(p["question"])
+                pool.append(p)
+                if len(pool) == wanted:
+                    break
+        if len(pool) == wanted:
+            break
+        draw *= 2
+    pretrain = pool[: scale.n_pretrain]
+    chat = pool[scale.n_pretrain: scale.n_pretrain + scale.n_chat]
+    grpo = pool[scale.n_pretrain + scale.n_chat:]
+
+    rng = random.Random(TAG_SEED)
+    chats = []
+    for p in chat:
+        answer = tagged(p["solution"], p["answer"]) if rng.random() < tag_share else p["solution"]
+        chats.append({"messages": [{"role": "system", "content": MATH_SYSTEM_PROMPT},
+                                   {"role": "user", "content": p["question"]},
+                                   {"role": "assistant", "content": answer}]})
+    files = {
+        "pretrain": (out / "pretrain.jsonl", [{"prompt": p["question"], "completion": " " + p["solution"]} for p in pretrain]),
+        "chat": (out / "chat.jsonl", chats),
+        "grpo": (out / "grpo.jsonl", [{"question": p["question"], "answer": f"{p['solution']}\n#### {p['answer']}"} for p in grpo]),
+        "heldout": (out / "heldout.jsonl", [{"id": i["id"], "question": i["question"], "answer": i["gold"]} for i in heldout]),
+        "dev": (out / "dev.jsonl", [{"id": i["id"], "question": i["question"], "answer": i["gold"]} for i in dev]),
+    }
+    for path, rows in files.values():
+        _write_jsonl(path, rows)
+
+    # The promise, checked on the files as written: no held-out (or dev) question in training data.
+    training_text = "".join(files[name][0].read_text() for name in ("pretrain", "chat", "grpo"))
+    leaked = [q for q in excluded if json.dumps(q)[1:-1] in training_text]
+    if leaked:
+        raise SystemExit(f"data: {len(leaked)} held-out/dev question(s) found in the training files, e.g. {leaked[0]!r}")
+    trained_keys = {problem_key(p["question"]) for p in pool}
+    manifest = {
+        "seeds": {"train": TRAIN_SEED, "heldout": HELDOUT_SEED, "dev": DEV_SEED, "eval_shuffle": EVAL_SEED, "tags": TAG_SEED},
+        "counts": {"pretrain": len(pretrain), "chat": len(chats), "grpo": len(grpo), "heldout": len(heldout), "dev": len(dev),
+                   "seed0_problems_drawn": drawn, "chat_tagged": sum("<answer>" in c["messages"][-1]["content"] for c in chats)},
+        "tag_share": tag_share,
+        "heldout_questions_in_training": 0,
+        "heldout_same_numbers_in_training": sum(problem_key(i["question"]) in trained_keys for i in heldout),
+        "dev_same_numbers_in_training": sum(problem_key(i["question"]) in trained_keys for i in dev),
+        "files": {name: {"path": str(path.relative_to(out.parent)), "sha256": _sha(path)} for name, (path, _) in files.items()},
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+# ---------------------------------------------------------------------------------------------
+# running posttrain
+
+
+@dataclass
+class Stage:
+    name: str
+    argv: list[str]  # posttrain arguments (no executable)
+    seconds: float | None = None
+    cached: bool = False
+
+
+def _display(argv: list[str]) -> str:
+    def rel(arg: str) -> str:
+        key, eq, value = arg.rpartition("=") if "=" in arg and not arg.startswith("-") else ("", "", arg)
+        path = Path(value)
+        if path.is_absolute():
+            try:
+                value = str(path.relative_to(REPO))
+            except ValueError:
+                pass
+        return f"{key}{eq}{value}"
+
+    return "posttrain " + " ".join(shlex.quote(rel(a)) for a in argv)
+
+
+def run_stage(stage: Stage, logs: Path, quiet: bool) -> Stage:
+    """Run `python -m posttrain ARGV`, output to logs/NAME.log; exit with its tail if it fails."""
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"{stage.name}.log"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    if not quiet:
+        print(f"[{stage.name}] {_display(stage.argv)}", flush=True)
+    start = time.perf_counter()
+    with log.open("w") as f:
+        code = subprocess.call([sys.executable, "-m", "posttrain", *stage.argv], cwd=REPO, stdout=f,
+                               stderr=subprocess.STDOUT, env=env)
+    stage.seconds = time.perf_counter() - start
+    if code != 0:
+        tail = log.read_text()[-3000:]
+        raise SystemExit(f"[{stage.name}] failed with exit code {code} after {stage.seconds:.0f} s; log {log}:\n{tail}")
+    if not quiet:
+        print(f"[{stage.name}] done in {stage.seconds:.0f} s", flush=True)
+    return stage
+
+
+def recipe(name: str) -> str:
+    return str((RECIPES / name).relative_to(REPO))
+
+
+def base_stages(base_dir: Path, data: Path, scale: Scale) -> list[Stage]:
+    """Stage 1 starts from `tiny:qwen2-SIZE`, which posttrain builds locally (byte-level BPE with
+    digits as single tokens, random weights, seed 0) and caches; stage 2 continues stage 1."""
+    pretrain, chat = base_dir / "pretrain", base_dir / "chat"
+    return [
+        Stage("base-pretrain", ["train", "--recipe", recipe("base-pretrain.yaml"), f"model.base_model_name=tiny:qwen2-{scale.model_size}",
+                                f"data.datasets[0].name={data / 'pretrain.jsonl'}", f"training.output_dir={pretrain}",
+                                *scale.pretrain]),
+        Stage("base-chat", ["train", "--recipe", recipe("base-chat.yaml"), f"model.base_model_name={pretrain}",
+                            f"data.datasets[0].name={data / 'chat.jsonl'}", f"training.output_dir={chat}", *scale.chat]),
+    ]
+
+
+def base_key(scale: Scale, manifest: dict) -> str:
+    """What the base depends on: its recipes, the overrides, the model size and the data it trains on."""
+    material = {
+        "recipes": {n: (RECIPES / n).read_text() for n in ("base-pretrain.yaml", "base-chat.yaml")},
+        "scale": [scale.model_size, list(scale.pretrain), list(scale.chat)],
+        "data": [manifest["files"][n]["sha256"] for n in ("pretrain", "chat")],
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def arm_stage(name: str, base: Path, data: Path, arms_dir: Path, scale: Scale) -> Stage:
+    return Stage(name, ["train", "--recipe", recipe(ARM_RECIPES[name]), f"model.base_model_name={base}",
+                        f"data.datasets[0].name={data / 'grpo.jsonl'}", f"training.output_dir={arms_dir / name}",
+                        *scale.arms.get(name, ())])
+
+
+def config_differences(a: Path, b: Path) -> dict[str, tuple]:
+    """Keys of two runs' trl_config.json whose values differ (what really differed between arms)."""
+    ca, cb = (json.loads((p / "trl_config.json").read_text()) for p in (a, b))
+    return {k: (ca.get(k), cb.get(k)) for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k)}
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+
+def _demote(markdown: str, levels: int = 2) -> str:
+    return re.sub(r"^(#+) ", lambda m: "#" * min(6, len(m[1]) + levels) + " ", markdown, flags=re.M)
+
+
+def _minutes(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / 60:.1f} min ({seconds:.0f} s)"
+
+
+def hardware() -> str:
+    threads = os.environ.get("OMP_NUM_THREADS")
+    cpu = platform.processor() or platform.machine()
+    try:
+        model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("model name")), cpu)
+    except OSError:
+        model = cpu
+    return (f"{os.cpu_count()}-core CPU ({model}), {platform.system()} {platform.release()}; "
+            f"torch threads per process: {threads + ' (OMP_NUM_THREADS)' if threads else 'torch default'}")
+
+
+def write_report(out: Path, args, scale: Scale, manifest: dict, stages: list[Stage], base_dir: Path, arms: list[str],
+                 total: float) -> Path:
+    compare = json.loads((out / "compare" / "report.json").read_text())
+    compare_md = (out / "compare" / "report.md").read_text()
+    telemetry_md = (out / "telemetry.md").read_text()
+    split = "held-out" if args.split == "heldout" else "dev (tuning split, not the held-out set)"
+    data_seed = HELDOUT_SEED if args.split == "heldout" else DEV_SEED
+    counts = manifest["counts"]
+    lines = [
+        f"# KL ablation: GRPO with and without the KL term, from one pre-trained tiny base{' (fast variant)' if args.fast else ''}",
+        "",
+        f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {hardware()}.",
+        "",
+        f"Command: `{' '.join(['python', 'benchmarks/kl_ablation.py', *sys.argv[1:]])}`; total wall time {_minutes(total)}.",
+        "",
+        "## Setup",
+        "",
+        f"- Evaluation: {split} split, `posttrain compare --task arithmetic --data-seed {data_seed} --n {compare['n']} "
+        f"--seed {EVAL_SEED}`: n = {compare['n']} problems, the identical items for every arm, greedy decoding, "
+        f"at most {scale.max_new_tokens} new tokens. strict = the single `<answer>` block equals the gold number "
+        "(the `answer_match` reward); loose = the last number anywhere equals it.",
+        f"- Held-out data: generator seed {HELDOUT_SEED} (dev: {DEV_SEED}); training data: seed {TRAIN_SEED} with every "
+        f"held-out and dev question removed. Held-out questions found in training files: "
+        f"{manifest['heldout_questions_in_training']} of {counts['heldout']} (checked on the written files). "
+        f"{manifest['heldout_same_numbers_in_training']} of {counts['heldout']} held-out problems ask for a computation "
+        "(same kind and numbers) that also occurs, in another story, in the training data.",
+        f"- Training problems: {counts['pretrain']} for base stage 1, {counts['chat']} for stage 2 "
+        f"({counts['chat_tagged']} = {manifest['tag_share']:.0%} of them answered in `<think>`/`<answer>` tags, "
+        f"seed {TAG_SEED}, the rest free-form), {counts['grpo']} GRPO/GSPO prompts; all disjoint from each other.",
+        f"- Model: `tiny:qwen2-{scale.model_size}`, built locally by posttrain (byte-level BPE with digits as single "
+        f"tokens, random weights), trained into the base `{base_dir.relative_to(out)}` (cached). "
+        "Training seeds: `training.seed` 0 in every recipe.",
+        "",
+        "| stage | command | wall time |",
+        "|---|---|---|",
+    ]
+    for stage in stages:
+        note = " (cached)" if stage.cached else ""
+        command = f"`{_display(stage.argv)}`" if stage.argv else "this script: data/*.jsonl, data/manifest.json"
+        lines.append(f"| {stage.name} | {command} | {_minutes(stage.seconds)}{note} |")
+    lines += ["", "Recipes: " + ", ".join(f"`{recipe(n)}`" for n in ["base-pretrain.yaml", "base-chat.yaml"] +
+                                           [ARM_RECIPES[a] for a in arms]) + "."]
+    if {"grpo-beta0.04", "grpo-beta0"} <= set(arms):
+        diff = config_differences(out / "arms" / "grpo-beta0.04", out / "arms" / "grpo-beta0")
+        shown = ", ".join(f"`{k}` ({a!r} vs {b!r})" for k, (a, b) in diff.items() if k not in ("output_dir", "logging_dir"))
+        lines += ["", f"The TRL configs the two GRPO arms ran with (`trl_config.json`) differ only in: {shown or 'nothing'}"
+                      " (besides their output directories)."]
+    lines += ["", "## Accuracy (posttrain compare)", "", _demote(compare_md.strip()), "",
+              "![accuracy per arm](accuracy.png)", "",
+              "## Training telemetry of the arms (posttrain report)", "", _demote(telemetry_md.strip()), "",
+              "![telemetry](telemetry.png)", ""]
+    report = out / "report.md"
+    report.write_text("\n".join(lines))
+    summary = {"command": sys.argv, "total_seconds": total, "scale": asdict(scale), "split": args.split,
+               "stages": [asdict(s) for s in stages], "base": str(base_dir), "manifest": manifest,
+               "arms": compare["arms"], "comparisons": compare["comparisons"]}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("runs/kl-ablation"), help="output folder (default runs/kl-ablation)")
+    parser.add_argument("--fast", action="store_true", help="toy sizes and a few steps: the whole pipeline in seconds")
+    parser.add_argument("--rebuild-base", action="store_true", help="retrain the base even if a cached one matches")
+    parser.add_argument("--arms", nargs="+", choices=list(ARM_RECIPES), default=list(ARM_RECIPES),
+                        help="which arms to train and compare (default: all)")
+    parser.add_argument("--split", choices=["heldout", "dev"], default="heldout",
+                        help="evaluate on the held-out set (default) or on the dev set used for tuning")
+    parser.add_argument("--tag-share", type=float, default=0.2,
+                        help="share of base stage-2 answers written with <think>/<answer> tags (default 0.2)")
+    parser.add_argument("--jobs", type=int, default=1, help="arms trained at once (default 1; each uses its own threads)")
+    parser.add_argument("--quiet", action="store_true", help="print only the report")
+    args = parser.parse_args(argv)
+    if not 0.0 <= args.tag_share <= 1.0:
+        parser.error("--tag-share must be between 0 and 1")
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
+    sys.path.insert(0, str(REPO / "src"))
+
+    scale = FAST if args.fast else FULL
+    out = args.out.resolve()
+    started = time.perf_counter()
+    stages: list[Stage] = []
+
+    data_stage = Stage("data", [])
+    t0 = time.perf_counter()
+    manifest = build_data(out / "data", scale, args.tag_share)
+    data_stage.seconds = time.perf_counter() - t0
+    stages.append(data_stage)
+    data = out / "data"
+    logs = out / "logs"
+
+    base_dir = out / f"base-{base_key(scale, manifest)}"
+    planned = base_stages(base_dir, data, scale)
+    done_marker = base_dir / "base.json"
+    if done_marker.is_file() and not args.rebuild_base:
+        previous = {s["name"]: s for s in json.loads(done_marker.read_text())["stages"]}
+        for stage in planned:
+            stage.seconds, stage.cached = previous.get(stage.name, {}).get("seconds"), True
+        if not args.quiet:
+            print(f"[base] reusing {base_dir}", flush=True)
+    else:
+        shutil.rmtree(base_dir, ignore_errors=True)
+        for stage in planned:
+            run_stage(stage, logs, args.quiet)
+        done_marker.write_text(json.dumps({"stages": [asdict(s) for s in planned]}, indent=1) + "\n")
+    stages += planned
+    base = base_dir / "chat"
+
+    arms_dir = out / "arms"
+    for name in args.arms:
+        shutil.rmtree(arms_dir / name, ignore_errors=True)
+    arm_stages = [arm_stage(name, base, data, arms_dir, scale) for name in args.arms]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        list(pool.map(lambda s: run_stage(s, logs, args.quiet), arm_stages))
+    stages += arm_stages
+
+    data_seed = HELDOUT_SEED if args.split == "heldout" else DEV_SEED
+    arm_args = [a for n in args.arms for a in ("--arm", f"{n}={arms_dir / n}")]
+    compare = Stage("compare", ["compare", "--arm", f"base={base}", *arm_args,
+                                "--task", "arithmetic", "--data-seed", str(data_seed), "--n", str(scale.n_eval),
+                                "--seed", str(EVAL_SEED), "--max-new-tokens", str(scale.max_new_tokens),
+                                "--out", str(out / "compare"), "--plot", str(out / "accuracy.png")])
+    telemetry = Stage("telemetry", ["report", *[str(arms_dir / n) for n in args.arms], "--bins", "4",
+                                    "--plot", str(out / "telemetry.png"), "--out", str(out / "telemetry.md")])
+    for stage in (compare, telemetry):
+        stages.append(run_stage(stage, logs, args.quiet))
+
+    report = write_report(out, args, scale, manifest, stages, base_dir, args.arms, time.perf_counter() - started)
+    print(report.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
