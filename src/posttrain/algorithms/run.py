@@ -18,10 +18,9 @@ from pathlib import Path
 
 from posttrain.models.loading import DeviceInfo, LoadedModel, load_model, lora_config
 from posttrain.recipe.load import LoadedRecipe, format_differences, resolved_dict, to_yaml
-
-from . import dpo, grpo, sft
 from posttrain.storage.run_storage import run_storage, use_s3_settings_for_sources
 
+from . import dpo, grpo, sft
 from .callbacks import MetricsFile
 from .resume import checkpoint_problem, checkpoint_step, newest_complete_checkpoint
 from .trl_config import build_trl_config, runtime_defaults
@@ -69,7 +68,8 @@ def provenance() -> dict:
     info = {
         "posttrain": posttrain.__version__, "trl": trl.__version__, "transformers": transformers.__version__,
         "peft": peft.__version__, "torch": torch.__version__, "python": platform.python_version(),
-        "command": " ".join(["posttrain", *sys.argv[1:]]),  # secrets already redacted by the CLI "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "command": " ".join(["posttrain", *sys.argv[1:]]),  # secret overrides already blanked by the CLI
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
     }
     try:
         here = Path(__file__).resolve().parent
