@@ -19,6 +19,8 @@ COMMON: dict[str, object] = {
     # what PyTorch recommends. Tiny CPU models run faster with activation_checkpointing=false.
     "activation_checkpointing": True,
     "activation_checkpointing_kwargs": {"use_reentrant": False},
+    # A run killed mid-way and started again with the same command continues where it stopped.
+    "resume_from_checkpoint": "auto",
 }
 
 ALGORITHM_DEFAULTS: dict[str, dict[str, object]] = {

@@ -185,7 +185,7 @@ def _message(errs: list[dict], parts: list, raw: dict) -> str:
     if kind == "missing":
         return "is required but missing." + _describe(parts, raw)
     value = err.get("input")
-    if kind == "literal_error":
+    if kind == "literal_error" and all(e["type"] == "literal_error" for e in errs):
         expected = err["ctx"]["expected"]
         return f"{value!r} is not allowed; choose one of {expected}.{did_you_mean(str(value), [s.strip(chr(39)) for s in expected.replace(' or ', ', ').split(', ')])}"
     if kind == "value_error":

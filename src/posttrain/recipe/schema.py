@@ -243,9 +243,9 @@ class TrainingBase(Section):
         "evaluations. Needs evaluation data, eval_strategy and load_best_model_at_end=true.",
     )
     early_stopping_threshold: float | None = Field(None, ge=0.0, description="Smallest change that counts as an improvement (with early_stopping_patience).")
-    resume_from_checkpoint: Literal["auto"] | StrictBool | str | None = Field(
-        "auto",
-        description="'auto' (default): continue from the newest complete checkpoint in output_dir, if there is one, so a "
+    resume_from_checkpoint: Literal["auto", False] | str | None = Field(
+        None,
+        description="'auto' (posttrain's default): continue from the newest complete checkpoint in output_dir, if there is one, so a "
         "crashed run restarted with the same command picks up where it stopped; false: start fresh; or a checkpoint path.",
     )
 
