@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -60,7 +60,8 @@ def main() -> None:
     (work / "system.txt").write_text(MATH_SYSTEM_PROMPT)
     posttrain_cmd = [sys.executable, "-m", "posttrain", "train", "--recipe", f"recipes/{args.algorithm}/tiny-cpu.yaml",
                      f"model.base_model_name=tiny:qwen2-{args.size}", f"data.datasets[0].name={data}",
-                     f"training.max_steps={steps}", f"training.output_dir={work / 'posttrain'}"]
+                     f"training.max_steps={steps}", f"training.output_dir={work / 'posttrain'}",
+                     "training.resume_from_checkpoint=false"]  # every repeat trains from scratch
     if args.algorithm == "grpo":  # the baseline's reward is answer_match alone
         posttrain_cmd += ["training.rewards=[{name: answer_match}]", "data.max_prompt_length=null"]
     trl_cmd = [sys.executable, str(HERE / "_direct_trl.py"), args.algorithm, str(model_dir), str(data), str(work / "trl"), str(steps), str(work / "system.txt")]
@@ -70,6 +71,7 @@ def main() -> None:
     last_logs: dict[str, dict] = {}
     for i in range(args.repeats):
         for name, cmd in (("trl", trl_cmd), ("posttrain", posttrain_cmd)) if i % 2 == 0 else (("posttrain", posttrain_cmd), ("trl", trl_cmd)):
+            shutil.rmtree(work / name, ignore_errors=True)
             seconds, rss, out = timed(cmd)
             runs[name].append((seconds, rss))
             if name == "trl":
