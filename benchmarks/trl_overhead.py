@@ -27,8 +27,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 
 
-def timed(cmd: list[str]) -> tuple[float, float, str]:
-    """Wall seconds, peak RSS (MB) and stdout of one child process."""
+def timed(cmd: list[str]) -> tuple[float, float, float, str]:
+    """Wall seconds, CPU seconds (user + system), peak RSS (MB) and stdout of one child process.
+    CPU time is reported beside wall time because it barely moves when the machine is shared."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     out = proc.stdout.read()
@@ -36,7 +37,7 @@ def timed(cmd: list[str]) -> tuple[float, float, str]:
     seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}\n{out[-2000:]}")
-    return seconds, usage.ru_maxrss / 1024, out
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out
 
 
 def main() -> None:
@@ -66,14 +67,14 @@ def main() -> None:
         posttrain_cmd += ["training.rewards=[{name: answer_match}]", "data.max_prompt_length=null"]
     trl_cmd = [sys.executable, str(HERE / "_direct_trl.py"), args.algorithm, str(model_dir), str(data), str(work / "trl"), str(steps), str(work / "system.txt")]
 
-    runs: dict[str, list[tuple[float, float]]] = {"posttrain": [], "trl": []}
+    runs: dict[str, list[tuple[float, float, float]]] = {"posttrain": [], "trl": []}
     losses: dict[str, float] = {}
     last_logs: dict[str, dict] = {}
     for i in range(args.repeats):
         for name, cmd in (("trl", trl_cmd), ("posttrain", posttrain_cmd)) if i % 2 == 0 else (("posttrain", posttrain_cmd), ("trl", trl_cmd)):
             shutil.rmtree(work / name, ignore_errors=True)
-            seconds, rss, out = timed(cmd)
-            runs[name].append((seconds, rss))
+            seconds, cpu, rss, out = timed(cmd)
+            runs[name].append((seconds, cpu, rss))
             if name == "trl":
                 report = json.loads(out.strip().splitlines()[-1])
                 losses[name], last_logs[name] = report["train_loss"], report["last_log"]
@@ -81,24 +82,26 @@ def main() -> None:
                 losses[name] = json.loads((work / "posttrain" / "run_summary.json").read_text())["train_loss"]
                 records = [json.loads(line) for line in (work / "posttrain" / "metrics.jsonl").read_text().splitlines()]
                 last_logs[name] = [r for r in records if "loss" in r][-1]
-            print(f"  run {i + 1}/{args.repeats} {name:<9} {seconds:6.2f} s  {rss:7.1f} MB", flush=True)
+            print(f"  run {i + 1}/{args.repeats} {name:<9} {seconds:6.2f} s wall  {cpu:6.2f} s cpu  {rss:7.1f} MB", flush=True)
 
-    med = {k: (statistics.median(s for s, _ in v), max(r for _, r in v)) for k, v in runs.items()}
+    med = {k: (statistics.median(w for w, _, _ in v), statistics.median(c for _, c, _ in v), max(r for _, _, r in v)) for k, v in runs.items()}
     result = {
         "algorithm": args.algorithm, "model": f"tiny:qwen2-{args.size}", "steps": steps, "repeats": args.repeats,
         "posttrain_seconds": round(med["posttrain"][0], 3), "trl_seconds": round(med["trl"][0], 3),
         "wall_ratio": round(med["posttrain"][0] / med["trl"][0], 3),
-        "posttrain_peak_rss_mb": round(med["posttrain"][1], 1), "trl_peak_rss_mb": round(med["trl"][1], 1),
-        "rss_ratio": round(med["posttrain"][1] / med["trl"][1], 3),
+        "posttrain_cpu_seconds": round(med["posttrain"][1], 3), "trl_cpu_seconds": round(med["trl"][1], 3),
+        "cpu_ratio": round(med["posttrain"][1] / med["trl"][1], 3),
+        "posttrain_peak_rss_mb": round(med["posttrain"][2], 1), "trl_peak_rss_mb": round(med["trl"][2], 1),
+        "rss_ratio": round(med["posttrain"][2] / med["trl"][2], 3),
         "posttrain_train_loss": losses["posttrain"], "trl_train_loss": losses["trl"],
         "metrics_compared": compare_logs(last_logs["posttrain"], last_logs["trl"]),
     }
     print()
-    print(f"| run       | wall s (median of {args.repeats}) | peak RSS MB | train loss |")
-    print("|-----------|------------------|-------------|------------|")
-    print(f"| TRL       | {result['trl_seconds']:16.2f} | {result['trl_peak_rss_mb']:11.1f} | {losses['trl']:10.4f} |")
-    print(f"| posttrain | {result['posttrain_seconds']:16.2f} | {result['posttrain_peak_rss_mb']:11.1f} | {losses['posttrain']:10.4f} |")
-    print(f"| ratio     | {result['wall_ratio']:16.3f} | {result['rss_ratio']:11.3f} |            |")
+    print(f"| run       | wall s (median of {args.repeats}) | CPU s (median) | peak RSS MB | train loss |")
+    print("|-----------|------------------|----------------|-------------|------------|")
+    print(f"| TRL       | {result['trl_seconds']:16.2f} | {result['trl_cpu_seconds']:14.2f} | {result['trl_peak_rss_mb']:11.1f} | {losses['trl']:10.4f} |")
+    print(f"| posttrain | {result['posttrain_seconds']:16.2f} | {result['posttrain_cpu_seconds']:14.2f} | {result['posttrain_peak_rss_mb']:11.1f} | {losses['posttrain']:10.4f} |")
+    print(f"| ratio     | {result['wall_ratio']:16.3f} | {result['cpu_ratio']:14.3f} | {result['rss_ratio']:11.3f} |            |")
     agree = result["metrics_compared"]
     print(f"\nlast logged step, metrics present in both runs: {len(agree['equal'])} equal, {len(agree['different'])} different")
     for key, (a, b) in agree["different"].items():
