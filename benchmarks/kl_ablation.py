@@ -13,11 +13,11 @@ overrides, times the stages and assembles the report. Nothing is trained here.
              set (seed 99) is for tuning. Training problems come from seed 0 with every held-out
              and dev question removed; the script checks the files it wrote and stops if one
              held-out question is in any of them.
-2. base      `posttrain make-tiny-model` (byte-level BPE, digits as separate tokens), then
-             `posttrain train` with recipes/demo/kl-ablation/base-pretrain.yaml (question ->
-             worked solution) and base-chat.yaml (the evaluation's system prompt and chat
-             template; most answers free-form, a share written with <think>/<answer> tags).
-             Cached in OUT/base-<hash of recipes, overrides and data>; --rebuild-base retrains.
+2. base      `posttrain train` with recipes/demo/kl-ablation/base.yaml: `tiny:qwen2-2m` (built
+             locally: byte-level BPE, digits as single tokens, random weights) learns the problems
+             from chats with the evaluation's system prompt and chat template, 8 problems a chat;
+             most answers free-form, a share written with <think>/<answer> tags. Cached in
+             OUT/base-<hash of recipe, overrides and data>; --rebuild-base retrains.
 3. arms      `posttrain train` with grpo-beta0.04.yaml, grpo-beta0.yaml (identical but for
              training.beta) and gspo.yaml, each from the same base.
 4. compare   `posttrain compare` of base and every arm on the held-out problems: strict and loose
@@ -58,6 +58,7 @@ HELDOUT_SEED = 1234  # the arithmetic task's generator seed (posttrain's default
 DEV_SEED = 99  # a second held-out generator seed, used only for tuning (--split dev)
 EVAL_SEED = 0  # compare --seed: which N items of the task, and sampling (greedy here)
 TAG_SEED = 2  # which chat examples are written with <think>/<answer> tags
+TRAINING_FILES = ("base", "grpo")  # data/NAME.jsonl that any stage trains on
 PROBLEM_KINDS = {"gets": "add", "gives away": "sub", "boxes with": "mul", "packs of": "add_mul"}
 
 
@@ -65,29 +66,25 @@ PROBLEM_KINDS = {"gets": "add", "gives away": "sub", "boxes with": "mul", "packs
 class Scale:
     """Sizes of one variant of the experiment; every training knob is a recipe override."""
 
-    model_size: str  # posttrain make-tiny-model --size
-    n_pretrain: int  # training problems for base stage 1
-    n_chat: int  # ... for base stage 2
-    n_grpo: int  # ... GRPO/GSPO prompts
+    model_size: str  # tiny:qwen2-SIZE
+    n_base: int  # training problems for the base
+    turns: int  # problems per base chat (user/assistant turns after one system prompt)
+    n_grpo: int  # GRPO/GSPO prompts (other training problems)
     n_eval: int  # held-out problems every arm answers
     max_new_tokens: int
-    pretrain: tuple[str, ...] = ()  # overrides of base-pretrain.yaml
-    chat: tuple[str, ...] = ()  # overrides of base-chat.yaml
+    base: tuple[str, ...] = ()  # overrides of base.yaml
     arms: dict[str, tuple[str, ...]] = field(default_factory=dict)  # overrides per arm
 
 
-FULL = Scale(model_size="2m", n_pretrain=30_000, n_chat=5_000, n_grpo=2_000, n_eval=500, max_new_tokens=48)
+FULL = Scale(model_size="2m", n_base=30_000, turns=8, n_grpo=2_000, n_eval=500, max_new_tokens=48)
 
-GRPO_FAST = ("training.max_steps=3", "training.num_generations=4", "training.per_device_train_batch_size=8",
-             "training.max_completion_length=16")
 FAST = Scale(
-    model_size="1m", n_pretrain=256, n_chat=64, n_grpo=32, n_eval=16, max_new_tokens=24,
-    pretrain=("training.max_steps=8", "training.per_device_train_batch_size=16", "training.warmup_steps=0",
-              "training.save_steps=4"),
-    chat=("training.max_steps=4", "training.per_device_train_batch_size=8", "training.warmup_steps=0"),
-    arms={"grpo-beta0.04": GRPO_FAST, "grpo-beta0": GRPO_FAST,
-          "gspo": ("training.max_steps=4", "training.num_generations=4", "training.per_device_train_batch_size=8",
-                   "training.max_completion_length=16")},
+    model_size="1m", n_base=128, turns=8, n_grpo=32, n_eval=16, max_new_tokens=24,
+    base=("training.max_steps=6", "training.per_device_train_batch_size=2", "training.warmup_steps=0",
+          "training.save_steps=3"),
+    arms={name: ("training.max_steps=" + ("4" if name == "gspo" else "3"), "training.num_generations=4",
+                 "training.per_device_train_batch_size=8", "training.max_completion_length=16")
+          for name in ARM_RECIPES},
 )
 
 
@@ -126,7 +123,7 @@ def build_data(out: Path, scale: Scale, tag_share: float) -> dict:
     heldout = load_task("arithmetic", n=scale.n_eval, seed=EVAL_SEED, data_seed=HELDOUT_SEED)
     dev = load_task("arithmetic", n=scale.n_eval, seed=EVAL_SEED, data_seed=DEV_SEED)
     excluded = {item["question"] for item in heldout + dev}
-    wanted = scale.n_pretrain + scale.n_chat + scale.n_grpo
+    wanted = scale.n_base + scale.n_grpo
     draw = wanted + wanted // 10 + 100
     while True:  # seed 0 is one stream: a longer draw extends a shorter one
         pool, seen = [], set()
@@ -139,20 +136,20 @@ def build_data(out: Path, scale: Scale, tag_share: float) -> dict:
         if len(pool) == wanted:
             break
         draw *= 2
-    pretrain = pool[: scale.n_pretrain]
-    chat = pool[scale.n_pretrain: scale.n_pretrain + scale.n_chat]
-    grpo = pool[scale.n_pretrain + scale.n_chat:]
+    base, grpo = pool[: scale.n_base], pool[scale.n_base:]
 
     rng = random.Random(TAG_SEED)
-    chats = []
-    for p in chat:
-        answer = tagged(p["solution"], p["answer"]) if rng.random() < tag_share else p["solution"]
-        chats.append({"messages": [{"role": "system", "content": MATH_SYSTEM_PROMPT},
-                                   {"role": "user", "content": p["question"]},
-                                   {"role": "assistant", "content": answer}]})
+    chats, n_tagged = [], 0
+    for start in range(0, len(base), scale.turns):
+        messages = [{"role": "system", "content": MATH_SYSTEM_PROMPT}]
+        for p in base[start: start + scale.turns]:
+            tag = rng.random() < tag_share
+            n_tagged += tag
+            messages += [{"role": "user", "content": p["question"]},
+                         {"role": "assistant", "content": tagged(p["solution"], p["answer"]) if tag else p["solution"]}]
+        chats.append({"messages": messages})
     files = {
-        "pretrain": (out / "pretrain.jsonl", [{"prompt": p["question"], "completion": " " + p["solution"]} for p in pretrain]),
-        "chat": (out / "chat.jsonl", chats),
+        "base": (out / "base.jsonl", chats),
         "grpo": (out / "grpo.jsonl", [{"question": p["question"], "answer": f"{p['solution']}\n#### {p['answer']}"} for p in grpo]),
         "heldout": (out / "heldout.jsonl", [{"id": i["id"], "question": i["question"], "answer": i["gold"]} for i in heldout]),
         "dev": (out / "dev.jsonl", [{"id": i["id"], "question": i["question"], "answer": i["gold"]} for i in dev]),
@@ -161,15 +158,15 @@ def build_data(out: Path, scale: Scale, tag_share: float) -> dict:
         _write_jsonl(path, rows)
 
     # The promise, checked on the files as written: no held-out (or dev) question in training data.
-    training_text = "".join(files[name][0].read_text() for name in ("pretrain", "chat", "grpo"))
+    training_text = "".join(files[name][0].read_text() for name in TRAINING_FILES)
     leaked = [q for q in excluded if json.dumps(q)[1:-1] in training_text]
     if leaked:
         raise SystemExit(f"data: {len(leaked)} held-out/dev question(s) found in the training files, e.g. {leaked[0]!r}")
     trained_keys = {problem_key(p["question"]) for p in pool}
     manifest = {
         "seeds": {"train": TRAIN_SEED, "heldout": HELDOUT_SEED, "dev": DEV_SEED, "eval_shuffle": EVAL_SEED, "tags": TAG_SEED},
-        "counts": {"pretrain": len(pretrain), "chat": len(chats), "grpo": len(grpo), "heldout": len(heldout), "dev": len(dev),
-                   "seed0_problems_drawn": drawn, "chat_tagged": sum("<answer>" in c["messages"][-1]["content"] for c in chats)},
+        "counts": {"base": len(base), "base_chats": len(chats), "base_tagged": n_tagged, "grpo": len(grpo),
+                   "heldout": len(heldout), "dev": len(dev), "seed0_problems_drawn": drawn},
         "tag_share": tag_share,
         "heldout_questions_in_training": 0,
         "heldout_same_numbers_in_training": sum(problem_key(i["question"]) in trained_keys for i in heldout),
@@ -231,25 +228,20 @@ def recipe(name: str) -> str:
     return str((RECIPES / name).relative_to(REPO))
 
 
-def base_stages(base_dir: Path, data: Path, scale: Scale) -> list[Stage]:
-    """Stage 1 starts from `tiny:qwen2-SIZE`, which posttrain builds locally (byte-level BPE with
-    digits as single tokens, random weights, seed 0) and caches; stage 2 continues stage 1."""
-    pretrain, chat = base_dir / "pretrain", base_dir / "chat"
-    return [
-        Stage("base-pretrain", ["train", "--recipe", recipe("base-pretrain.yaml"), f"model.base_model_name=tiny:qwen2-{scale.model_size}",
-                                f"data.datasets[0].name={data / 'pretrain.jsonl'}", f"training.output_dir={pretrain}",
-                                *scale.pretrain]),
-        Stage("base-chat", ["train", "--recipe", recipe("base-chat.yaml"), f"model.base_model_name={pretrain}",
-                            f"data.datasets[0].name={data / 'chat.jsonl'}", f"training.output_dir={chat}", *scale.chat]),
-    ]
+def base_stage(base_dir: Path, data: Path, scale: Scale) -> Stage:
+    """`tiny:qwen2-SIZE` is built by posttrain itself (byte-level BPE with digits as single tokens,
+    random weights, seed 0) and cached in ~/.cache/posttrain; the recipe trains it into the base."""
+    return Stage("base", ["train", "--recipe", recipe("base.yaml"), f"model.base_model_name=tiny:qwen2-{scale.model_size}",
+                          f"data.datasets[0].name={data / 'base.jsonl'}", f"training.output_dir={base_dir / 'model'}",
+                          *scale.base])
 
 
 def base_key(scale: Scale, manifest: dict) -> str:
-    """What the base depends on: its recipes, the overrides, the model size and the data it trains on."""
+    """What the base depends on: its recipe, the overrides, the model size and the data it trains on."""
     material = {
-        "recipes": {n: (RECIPES / n).read_text() for n in ("base-pretrain.yaml", "base-chat.yaml")},
-        "scale": [scale.model_size, list(scale.pretrain), list(scale.chat)],
-        "data": [manifest["files"][n]["sha256"] for n in ("pretrain", "chat")],
+        "recipe": (RECIPES / "base.yaml").read_text(),
+        "scale": [scale.model_size, list(scale.base)],
+        "data": manifest["files"]["base"]["sha256"],
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -276,6 +268,23 @@ def _demote(markdown: str, levels: int = 2) -> str:
 
 def _minutes(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds / 60:.1f} min ({seconds:.0f} s)"
+
+
+def answer_styles(compare_dir: Path, arms: list[str], examples: int = 2) -> list[str]:
+    """How each arm answers: tag use, empty reasoning (a reward hack), length, and a few answers verbatim."""
+    lines = ["| arm | answers in the tag format | of those, empty `<think>` | mean tokens | "
+             + " | ".join(f"held-out item {i + 1}" for i in range(examples)) + " |",
+             "|---|---|---|---|" + "---|" * examples]
+    for arm in arms:
+        rows = [json.loads(line) for line in (compare_dir / "samples" / f"{arm}.jsonl").read_text().splitlines() if line.strip()]
+        rows.sort(key=lambda r: r["id"])
+        tagged_rows = [r for r in rows if r["format"] > 0]
+        empty = sum(not r["completion"].split("<think>", 1)[1].split("</think>", 1)[0].strip() for r in tagged_rows)
+        tokens = sum(r["completion_tokens"] or 0 for r in rows) / max(1, len(rows))
+        shown = [f"`{r['completion'].strip()[:80]}`".replace("|", "\\|").replace("\n", "⏎") + f" (gold {r['gold']})"
+                 for r in rows[:examples]]
+        lines.append(f"| {arm} | {len(tagged_rows)}/{len(rows)} | {empty}/{len(tagged_rows)} | {tokens:.1f} | " + " | ".join(shown) + " |")
+    return lines
 
 
 def hardware() -> str:
@@ -316,9 +325,9 @@ def write_report(out: Path, args, scale: Scale, manifest: dict, stages: list[Sta
         f"{manifest['heldout_questions_in_training']} of {counts['heldout']} (checked on the written files). "
         f"{manifest['heldout_same_numbers_in_training']} of {counts['heldout']} held-out problems ask for a computation "
         "(same kind and numbers) that also occurs, in another story, in the training data.",
-        f"- Training problems: {counts['pretrain']} for base stage 1, {counts['chat']} for stage 2 "
-        f"({counts['chat_tagged']} = {manifest['tag_share']:.0%} of them answered in `<think>`/`<answer>` tags, "
-        f"seed {TAG_SEED}, the rest free-form), {counts['grpo']} GRPO/GSPO prompts; all disjoint from each other.",
+        f"- Training problems: {counts['base']} for the base, {scale.turns} a chat ({counts['base_tagged']} of them "
+        f"answered in `<think>`/`<answer>` tags: --tag-share {manifest['tag_share']:g}, seed {TAG_SEED}; the rest "
+        f"free-form), and {counts['grpo']} other ones as GRPO/GSPO prompts.",
         f"- Model: `tiny:qwen2-{scale.model_size}`, built locally by posttrain (byte-level BPE with digits as single "
         f"tokens, random weights), trained into the base `{base_dir.relative_to(out)}` (cached). "
         "Training seeds: `training.seed` 0 in every recipe.",
@@ -330,8 +339,7 @@ def write_report(out: Path, args, scale: Scale, manifest: dict, stages: list[Sta
         note = " (cached)" if stage.cached else ""
         command = f"`{_display(stage.argv)}`" if stage.argv else "this script: data/*.jsonl, data/manifest.json"
         lines.append(f"| {stage.name} | {command} | {_minutes(stage.seconds)}{note} |")
-    lines += ["", "Recipes: " + ", ".join(f"`{recipe(n)}`" for n in ["base-pretrain.yaml", "base-chat.yaml"] +
-                                           [ARM_RECIPES[a] for a in arms]) + "."]
+    lines += ["", "Recipes: " + ", ".join(f"`{recipe(n)}`" for n in ["base.yaml", *(ARM_RECIPES[a] for a in arms)]) + "."]
     if {"grpo-beta0.04", "grpo-beta0"} <= set(arms):
         diff = config_differences(out / "arms" / "grpo-beta0.04", out / "arms" / "grpo-beta0")
         shown = ", ".join(f"`{k}` ({a!r} vs {b!r})" for k, (a, b) in diff.items() if k not in ("output_dir", "logging_dir"))
@@ -339,6 +347,7 @@ def write_report(out: Path, args, scale: Scale, manifest: dict, stages: list[Sta
                       " (besides their output directories)."]
     lines += ["", "## Accuracy (posttrain compare)", "", _demote(compare_md.strip()), "",
               "![accuracy per arm](accuracy.png)", "",
+              "### How each arm answers", "", *answer_styles(out / "compare", ["base", *arms]), "",
               "## Training telemetry of the arms (posttrain report)", "", _demote(telemetry_md.strip()), "",
               "![telemetry](telemetry.png)", ""]
     report = out / "report.md"
@@ -387,21 +396,21 @@ def main(argv: list[str] | None = None) -> int:
     logs = out / "logs"
 
     base_dir = out / f"base-{base_key(scale, manifest)}"
-    planned = base_stages(base_dir, data, scale)
+    base_run = base_stage(base_dir, data, scale)
+    base = base_dir / "model"
     done_marker = base_dir / "base.json"
-    if done_marker.is_file() and not args.rebuild_base:
-        previous = {s["name"]: s for s in json.loads(done_marker.read_text())["stages"]}
-        for stage in planned:
-            stage.seconds, stage.cached = previous.get(stage.name, {}).get("seconds"), True
-        if not args.quiet:
-            print(f"[base] reusing {base_dir}", flush=True)
-    else:
+    if args.rebuild_base:
         shutil.rmtree(base_dir, ignore_errors=True)
-        for stage in planned:
-            run_stage(stage, logs, args.quiet)
-        done_marker.write_text(json.dumps({"stages": [asdict(s) for s in planned]}, indent=1) + "\n")
-    stages += planned
-    base = base_dir / "chat"
+    if done_marker.is_file():
+        base_run.seconds, base_run.cached = json.loads(done_marker.read_text())["seconds"], True
+        if not args.quiet:
+            print(f"[base] reusing {base} (trained in {base_run.seconds:.0f} s; --rebuild-base retrains)", flush=True)
+    else:  # an interrupted base resumes from its last checkpoint (posttrain's resume_from_checkpoint=auto)
+        run_stage(base_run, logs, args.quiet)
+        for checkpoint in base.glob("checkpoint-*"):  # compare would evaluate each one as an arm of its own
+            shutil.rmtree(checkpoint)
+        done_marker.write_text(json.dumps({"seconds": base_run.seconds, "command": _display(base_run.argv)}, indent=1) + "\n")
+    stages.append(base_run)
 
     arms_dir = out / "arms"
     for name in args.arms:

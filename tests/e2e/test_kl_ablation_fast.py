@@ -27,6 +27,7 @@ ARMS = ["base", "grpo-beta0.04", "grpo-beta0", "gspo"]
 def _script():
     spec = importlib.util.spec_from_file_location("kl_ablation", SCRIPT)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
     spec.loader.exec_module(module)
     return module
 
@@ -34,7 +35,7 @@ def _script():
 @pytest.fixture(scope="module")
 def fast_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("kl-ablation")
-    result = subprocess.run([sys.executable, str(SCRIPT), "--fast", "--jobs", "2", "--quiet", "--out", str(out)],
+    result = subprocess.run([sys.executable, str(SCRIPT), "--fast", "--jobs", "3", "--quiet", "--out", str(out)],
                             cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return out, result.stdout
@@ -75,10 +76,10 @@ def test_report_states_n_seeds_recipes_and_what_differed(fast_run):
     report = (fast_run[0] / "report.md").read_text()
     assert "n = 16 problems" in report
     assert "generator seed 1234" in report and "seed 0 with every held-out" in report and "`training.seed` 0" in report
-    for recipe in ("base-pretrain.yaml", "base-chat.yaml", "grpo-beta0.04.yaml", "grpo-beta0.yaml", "gspo.yaml"):
+    for recipe in ("base.yaml", "grpo-beta0.04.yaml", "grpo-beta0.yaml", "gspo.yaml"):
         assert f"recipes/demo/kl-ablation/{recipe}" in report
     assert "differ only in: `beta` (0.04 vs 0.0)" in report
-    for stage in ("data", "base-pretrain", "base-chat", "grpo-beta0.04", "grpo-beta0", "gspo", "compare", "telemetry"):
+    for stage in ("data", "base", "grpo-beta0.04", "grpo-beta0", "gspo", "compare", "telemetry"):
         assert re.search(rf"^\| {re.escape(stage)} \| .* \| [\d.]+ min \(\d+ s\)", report, re.M), stage
 
 
@@ -103,8 +104,7 @@ def test_heldout_problems_never_appear_in_training_files(fast_run):
     out = fast_run[0]
     evaluated = {row["prompt"][-1]["content"] for row in _jsonl(out / "compare" / "samples" / "base.jsonl")}
     train = {
-        "pretrain": [row["prompt"] for row in _jsonl(out / "data" / "pretrain.jsonl")],
-        "chat": [m["content"] for row in _jsonl(out / "data" / "chat.jsonl") for m in row["messages"] if m["role"] == "user"],
+        "base": [m["content"] for row in _jsonl(out / "data" / "base.jsonl") for m in row["messages"] if m["role"] == "user"],
         "grpo": [row["question"] for row in _jsonl(out / "data" / "grpo.jsonl")],
     }
     assert all(train.values())
@@ -126,7 +126,7 @@ def test_the_data_check_catches_a_leak(tmp_path, monkeypatch):
     leaked = load_task("arithmetic", n=module.FAST.n_eval, seed=module.EVAL_SEED, data_seed=module.HELDOUT_SEED)[0]["question"]
     real = module.tagged
 
-    def leaky_tagged(solution, answer):  # smuggle a held-out question into the chat answers
+    def leaky_tagged(solution, answer):  # smuggle a held-out question into the base's answers
         return real(solution, answer) + " " + leaked
 
     monkeypatch.setattr(module, "tagged", leaky_tagged)
@@ -139,7 +139,7 @@ def test_base_cache_key_follows_recipes_overrides_and_data(tmp_path):
     manifest = module.build_data(tmp_path / "data", module.FAST, tag_share=0.2)
     key = module.base_key(module.FAST, manifest)
     assert key == module.base_key(module.FAST, json.loads((tmp_path / "data" / "manifest.json").read_text()))
-    other_steps = module.Scale(**{**module.FAST.__dict__, "pretrain": (*module.FAST.pretrain, "training.max_steps=9")})
+    other_steps = module.Scale(**{**module.FAST.__dict__, "base": (*module.FAST.base, "training.max_steps=9")})
     assert module.base_key(other_steps, manifest) != key
     other_data = module.build_data(tmp_path / "other", module.FAST, tag_share=0.5)  # other chat answers
     assert module.base_key(module.FAST, other_data) != key
