@@ -159,7 +159,7 @@ def build_data(out: Path, scale: Scale, tag_share: float) -> dict:
 
     # The promise, checked on the files as written: no held-out (or dev) question in training data.
     training_text = "".join(files[name][0].read_text() for name in TRAINING_FILES)
-    leaked = [q for q in excluded if json.dumps(q)[1:-1] in training_text]
+    leaked = [q for q in sorted(excluded) if json.dumps(q)[1:-1] in training_text]  # as JSON writes it
     if leaked:
         raise SystemExit(f"data: {len(leaked)} held-out/dev question(s) found in the training files, e.g. {leaked[0]!r}")
     trained_keys = {problem_key(p["question"]) for p in pool}
@@ -168,7 +168,7 @@ def build_data(out: Path, scale: Scale, tag_share: float) -> dict:
         "counts": {"base": len(base), "base_chats": len(chats), "base_tagged": n_tagged, "grpo": len(grpo),
                    "heldout": len(heldout), "dev": len(dev), "seed0_problems_drawn": drawn},
         "tag_share": tag_share,
-        "heldout_questions_in_training": 0,
+        "heldout_questions_in_training": len(leaked),  # 0, or the run stopped above
         "heldout_same_numbers_in_training": sum(problem_key(i["question"]) in trained_keys for i in heldout),
         "dev_same_numbers_in_training": sum(problem_key(i["question"]) in trained_keys for i in dev),
         "files": {name: {"path": str(path.relative_to(out.parent)), "sha256": _sha(path)} for name, (path, _) in files.items()},
