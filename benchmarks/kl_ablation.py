@@ -189,18 +189,16 @@ class Stage:
     cached: bool = False
 
 
-def _display(argv: list[str]) -> str:
-    def rel(arg: str) -> str:
-        key, eq, value = arg.rpartition("=") if "=" in arg and not arg.startswith("-") else ("", "", arg)
-        path = Path(value)
-        if path.is_absolute():
-            try:
-                value = str(path.relative_to(REPO))
-            except ValueError:
-                pass
-        return f"{key}{eq}{value}"
+def _path(path: Path) -> str:
+    """A path as the stages get it: relative to the repository (their working directory) when inside it."""
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)
 
-    return "posttrain " + " ".join(shlex.quote(rel(a)) for a in argv)
+
+def _display(argv: list[str]) -> str:
+    return "posttrain " + " ".join(shlex.quote(a) for a in argv)
 
 
 def run_stage(stage: Stage, logs: Path, quiet: bool) -> Stage:
@@ -232,8 +230,8 @@ def base_stage(base_dir: Path, data: Path, scale: Scale) -> Stage:
     """`tiny:qwen2-SIZE` is built by posttrain itself (byte-level BPE with digits as single tokens,
     random weights, seed 0) and cached in ~/.cache/posttrain; the recipe trains it into the base."""
     return Stage("base", ["train", "--recipe", recipe("base.yaml"), f"model.base_model_name=tiny:qwen2-{scale.model_size}",
-                          f"data.datasets[0].name={data / 'base.jsonl'}", f"training.output_dir={base_dir / 'model'}",
-                          *scale.base])
+                          f"data.datasets[0].name={_path(data / 'base.jsonl')}",
+                          f"training.output_dir={_path(base_dir / 'model')}", *scale.base])
 
 
 def base_key(scale: Scale, manifest: dict) -> str:
@@ -247,9 +245,9 @@ def base_key(scale: Scale, manifest: dict) -> str:
 
 
 def arm_stage(name: str, base: Path, data: Path, arms_dir: Path, scale: Scale) -> Stage:
-    return Stage(name, ["train", "--recipe", recipe(ARM_RECIPES[name]), f"model.base_model_name={base}",
-                        f"data.datasets[0].name={data / 'grpo.jsonl'}", f"training.output_dir={arms_dir / name}",
-                        *scale.arms.get(name, ())])
+    return Stage(name, ["train", "--recipe", recipe(ARM_RECIPES[name]), f"model.base_model_name={_path(base)}",
+                        f"data.datasets[0].name={_path(data / 'grpo.jsonl')}",
+                        f"training.output_dir={_path(arms_dir / name)}", *scale.arms.get(name, ())])
 
 
 def config_differences(a: Path, b: Path) -> dict[str, tuple]:
@@ -404,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     if done_marker.is_file():
         base_run.seconds, base_run.cached = json.loads(done_marker.read_text())["seconds"], True
         if not args.quiet:
-            print(f"[base] reusing {base} (trained in {base_run.seconds:.0f} s; --rebuild-base retrains)", flush=True)
+            print(f"[base] reusing {_path(base)} (trained in {base_run.seconds:.0f} s; --rebuild-base retrains)", flush=True)
     else:  # an interrupted base resumes from its last checkpoint (posttrain's resume_from_checkpoint=auto)
         run_stage(base_run, logs, args.quiet)
         for checkpoint in base.glob("checkpoint-*"):  # compare would evaluate each one as an arm of its own
@@ -421,13 +419,13 @@ def main(argv: list[str] | None = None) -> int:
     stages += arm_stages
 
     data_seed = HELDOUT_SEED if args.split == "heldout" else DEV_SEED
-    arm_args = [a for n in args.arms for a in ("--arm", f"{n}={arms_dir / n}")]
-    compare = Stage("compare", ["compare", "--arm", f"base={base}", *arm_args,
+    arm_args = [a for n in args.arms for a in ("--arm", f"{n}={_path(arms_dir / n)}")]
+    compare = Stage("compare", ["compare", "--arm", f"base={_path(base)}", *arm_args,
                                 "--task", "arithmetic", "--data-seed", str(data_seed), "--n", str(scale.n_eval),
                                 "--seed", str(EVAL_SEED), "--max-new-tokens", str(scale.max_new_tokens),
-                                "--out", str(out / "compare"), "--plot", str(out / "accuracy.png")])
-    telemetry = Stage("telemetry", ["report", *[str(arms_dir / n) for n in args.arms], "--bins", "4",
-                                    "--plot", str(out / "telemetry.png"), "--out", str(out / "telemetry.md")])
+                                "--out", _path(out / "compare"), "--plot", _path(out / "accuracy.png")])
+    telemetry = Stage("telemetry", ["report", *[_path(arms_dir / n) for n in args.arms], "--bins", "4",
+                                    "--plot", _path(out / "telemetry.png"), "--out", _path(out / "telemetry.md")])
     for stage in (compare, telemetry):
         stages.append(run_stage(stage, logs, args.quiet))
 
