@@ -25,8 +25,9 @@ overrides, times the stages and assembles the report. Nothing is trained here.
 5. telemetry `posttrain report` of the arms: reward, length, entropy, KL by step range, plot.
 6. report    OUT/report.md (both tables, n, seeds, recipes, wall times), printed at the end.
 
-Threads: every stage uses what torch picks for this machine unless OMP_NUM_THREADS says
-otherwise; the report states which.
+Threads: the base and compare use every core (torch's default); the arms train --jobs at once
+(default: one per core), each with its share of the cores. OMP_NUM_THREADS, when set, applies
+to every stage instead. The report states which.
 """
 
 from __future__ import annotations
@@ -187,6 +188,7 @@ class Stage:
     argv: list[str]  # posttrain arguments (no executable)
     seconds: float | None = None
     cached: bool = False
+    threads: int | None = None  # OMP_NUM_THREADS for the stage (None: torch's default or the caller's)
 
 
 def _path(path: Path) -> str:
@@ -207,6 +209,8 @@ def run_stage(stage: Stage, logs: Path, quiet: bool) -> Stage:
     log = logs / f"{stage.name}.log"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    if stage.threads and "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = str(stage.threads)
     if not quiet:
         print(f"[{stage.name}] {_display(stage.argv)}", flush=True)
     start = time.perf_counter()
@@ -285,8 +289,10 @@ def answer_styles(compare_dir: Path, arms: list[str], examples: int = 2) -> list
     return lines
 
 
-def hardware() -> str:
+def hardware(jobs: int, arm_threads: int) -> str:
     threads = os.environ.get("OMP_NUM_THREADS")
+    threads = (f"{threads} per process (OMP_NUM_THREADS), {jobs} arm(s) at once" if threads else
+               f"torch's default for the base and compare, {arm_threads} per arm with {jobs} arm(s) at once")
     cpu = platform.processor() or platform.machine()
     try:
         model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -294,11 +300,11 @@ def hardware() -> str:
     except OSError:
         model = cpu
     return (f"{os.cpu_count()}-core CPU ({model}), {platform.system()} {platform.release()}; "
-            f"torch threads per process: {threads + ' (OMP_NUM_THREADS)' if threads else 'torch default'}")
+            f"torch threads: {threads}")
 
 
 def write_report(out: Path, args, scale: Scale, manifest: dict, stages: list[Stage], base_dir: Path, arms: list[str],
-                 total: float) -> Path:
+                 total: float, arm_threads: int) -> Path:
     compare = json.loads((out / "compare" / "report.json").read_text())
     compare_md = (out / "compare" / "report.md").read_text()
     telemetry_md = (out / "telemetry.md").read_text()
@@ -308,7 +314,7 @@ def write_report(out: Path, args, scale: Scale, manifest: dict, stages: list[Sta
     lines = [
         f"# KL ablation: GRPO with and without the KL term, from one pre-trained tiny base{' (fast variant)' if args.fast else ''}",
         "",
-        f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {hardware()}.",
+        f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {hardware(args.jobs, arm_threads)}.",
         "",
         f"Command: `{' '.join(['python', 'benchmarks/kl_ablation.py', *sys.argv[1:]])}`; total wall time {_minutes(total)}.",
         "",
@@ -371,13 +377,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="evaluate on the held-out set (default) or on the dev set used for tuning")
     parser.add_argument("--tag-share", type=float, default=0.2,
                         help="share of base stage-2 answers written with <think>/<answer> tags (default 0.2)")
-    parser.add_argument("--jobs", type=int, default=1, help="arms trained at once (default 1; each uses its own threads)")
+    parser.add_argument("--jobs", type=int, help="arms trained at once, sharing the cores (default: one per core)")
     parser.add_argument("--quiet", action="store_true", help="print only the report")
     args = parser.parse_args(argv)
     if not 0.0 <= args.tag_share <= 1.0:
         parser.error("--tag-share must be between 0 and 1")
-    if args.jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         parser.error("--jobs must be at least 1")
+    cores = os.cpu_count() or 1
+    args.jobs = min(len(args.arms), args.jobs or cores)
+    arm_threads = max(1, cores // args.jobs)
     sys.path.insert(0, str(REPO / "src"))
 
     scale = FAST if args.fast else FULL
@@ -414,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.arms:
         shutil.rmtree(arms_dir / name, ignore_errors=True)
     arm_stages = [arm_stage(name, base, data, arms_dir, scale) for name in args.arms]
+    for stage in arm_stages:
+        stage.threads = arm_threads
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         list(pool.map(lambda s: run_stage(s, logs, args.quiet), arm_stages))
     stages += arm_stages
@@ -429,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     for stage in (compare, telemetry):
         stages.append(run_stage(stage, logs, args.quiet))
 
-    report = write_report(out, args, scale, manifest, stages, base_dir, args.arms, time.perf_counter() - started)
+    report = write_report(out, args, scale, manifest, stages, base_dir, args.arms, time.perf_counter() - started, arm_threads)
     print(report.read_text())
     return 0
 
