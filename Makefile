@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine; each creates .venv when it is missing.
 #   make demo   install, then train a tiny model offline and say where it went
 #   make test   install, then run the whole test suite
+#   make kl-ablation   install, then the KL ablation experiment (about 25 min on 2 CPU cores)
 #
 # TORCH is what gets installed first. The default is the CPU build (on this kind of machine it
 # comes from local disk; a bare `torch` could pull a multi-GB CUDA build). On a CUDA machine use
@@ -13,7 +14,7 @@ TORCH_INDEX ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.posttrain-installed
 
-.PHONY: install demo test benchmark clean
+.PHONY: install demo test benchmark kl-ablation clean
 
 install: $(STAMP)
 
@@ -33,6 +34,9 @@ test: install
 benchmark: install
 	$(BIN)/python benchmarks/trl_overhead.py --algorithm sft
 	$(BIN)/python benchmarks/trl_overhead.py --algorithm grpo
+
+kl-ablation: install
+	$(BIN)/python benchmarks/kl_ablation.py
 
 clean:
 	rm -rf runs .pytest_cache

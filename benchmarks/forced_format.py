@@ -1,0 +1,53 @@
+"""What the answer format alone costs a model: the same problems, answered freely and with the
+answer's first text forced (prefilled) to a prefix such as `<think>`.
+
+    python benchmarks/forced_format.py runs/kl-ablation/base-*/model --n 500 --data-seed 1234
+
+A diagnostic for the KL ablation: the base writes free-form answers, so its strict score is 0 and
+its loose score is measured in a format the GRPO arms no longer use. Forcing `<think>` shows the
+base's accuracy *in the tag format* before any GRPO step, which separates the cost of the format
+from the cost of GRPO's updates. Greedy decoding, posttrain's batched engine and answer parser,
+the items of `posttrain compare --task arithmetic` (same --n, --seed and --data-seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from posttrain.evaluation.tasks import ARITHMETIC_SEED, load_task  # noqa: E402
+from posttrain.generation.base import SamplingParams  # noqa: E402
+from posttrain.generation.local import TransformersEngine  # noqa: E402
+from posttrain.rewards.answers import format_score, loose_correct, strict_correct  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", help="model directory (or tiny:..., hub id)")
+    parser.add_argument("--n", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data-seed", type=int, default=ARITHMETIC_SEED)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--prefix", action="append", help="forced start of the answer (repeatable; default '<think>')")
+    args = parser.parse_args(argv)
+
+    items = load_task("arithmetic", n=args.n, seed=args.seed, data_seed=args.data_seed)
+    engine = TransformersEngine(args.model, use_chat_template=False, progress=False)
+    rendered = [engine.tokenizer.apply_chat_template(i["prompt"], tokenize=False, add_generation_prompt=True) for i in items]
+    params = SamplingParams(max_new_tokens=args.max_new_tokens)
+    print(f"{args.model}: arithmetic, n={len(items)}, data seed {args.data_seed}, greedy, {args.max_new_tokens} new tokens\n")
+    print("| answer starts with | strict | loose | format |\n|---|---|---|---|")
+    for prefix in ["", *(args.prefix or ["<think>"])]:
+        answers = [prefix + c.text for c in engine.generate([r + prefix for r in rendered], params)]
+        strict = sum(strict_correct(a, i["gold"]) for a, i in zip(answers, items)) / len(items)
+        loose = sum(loose_correct(a, i["gold"]) for a, i in zip(answers, items)) / len(items)
+        fmt = sum(format_score(a) for a in answers) / len(items)
+        print(f"| {f'`{prefix}`' if prefix else '(free)'} | {strict:.1%} | {loose:.1%} | {fmt:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
