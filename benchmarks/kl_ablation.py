@@ -248,10 +248,11 @@ def base_key(scale: Scale, manifest: dict) -> str:
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def arm_stage(name: str, base: Path, data: Path, arms_dir: Path, scale: Scale) -> Stage:
+def arm_stage(name: str, base: Path, data: Path, arms_dir: Path, scale: Scale, seed: int = 0) -> Stage:
+    seed_override = [f"training.seed={seed}"] if seed else []  # the recipes say 0
     return Stage(name, ["train", "--recipe", recipe(ARM_RECIPES[name]), f"model.base_model_name={_path(base)}",
                         f"data.datasets[0].name={_path(data / 'grpo.jsonl')}",
-                        f"training.output_dir={_path(arms_dir / name)}", *scale.arms.get(name, ())])
+                        f"training.output_dir={_path(arms_dir / name)}", *scale.arms.get(name, ()), *seed_override])
 
 
 def config_differences(a: Path, b: Path) -> dict[str, tuple]:
@@ -334,7 +335,8 @@ def write_report(out: Path, args, scale: Scale, manifest: dict, stages: list[Sta
         f"free-form), and {counts['grpo']} other ones as GRPO/GSPO prompts.",
         f"- Model: `tiny:qwen2-{scale.model_size}`, built locally by posttrain (byte-level BPE with digits as single "
         f"tokens, random weights), trained into the base `{base_dir.relative_to(out)}` (cached). "
-        "Training seeds: `training.seed` 0 in every recipe.",
+        "Training seeds: `training.seed` 0 in every recipe"
+        + (f", overridden to {args.arm_seed} for the arms (--arm-seed: a replication with other sampling)." if args.arm_seed else "."),
         "",
         "| stage | command | wall time |",
         "|---|---|---|",
@@ -377,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="evaluate on the held-out set (default) or on the dev set used for tuning")
     parser.add_argument("--tag-share", type=float, default=0.2,
                         help="share of base stage-2 answers written with <think>/<answer> tags (default 0.2)")
+    parser.add_argument("--arm-seed", type=int, default=0,
+                        help="training.seed of the arms (default 0, the recipes'): replicate the arms from the same base")
     parser.add_argument("--jobs", type=int, help="arms trained at once, sharing the cores (default: one per core)")
     parser.add_argument("--quiet", action="store_true", help="print only the report")
     args = parser.parse_args(argv)
@@ -422,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     arms_dir = out / "arms"
     for name in args.arms:
         shutil.rmtree(arms_dir / name, ignore_errors=True)
-    arm_stages = [arm_stage(name, base, data, arms_dir, scale) for name in args.arms]
+    arm_stages = [arm_stage(name, base, data, arms_dir, scale, args.arm_seed) for name in args.arms]
     for stage in arm_stages:
         stage.threads = arm_threads
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
