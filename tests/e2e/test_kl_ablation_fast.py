@@ -143,3 +143,13 @@ def test_base_cache_key_follows_recipes_overrides_and_data(tmp_path):
     assert module.base_key(other_steps, manifest) != key
     other_data = module.build_data(tmp_path / "other", module.FAST, tag_share=0.5)  # other chat answers
     assert module.base_key(module.FAST, other_data) != key
+
+
+def test_arm_seed_reaches_every_arm_and_only_the_arms(tmp_path):
+    module = _script()
+    data, arms = tmp_path / "data", tmp_path / "arms"
+    default = module.arm_stage("grpo-beta0", tmp_path / "base", data, arms, module.FULL)
+    replica = module.arm_stage("grpo-beta0", tmp_path / "base", data, arms, module.FULL, seed=1)
+    assert not any(a.startswith("training.seed=") for a in default.argv)  # the recipe's seed 0
+    assert replica.argv == [*default.argv, "training.seed=1"]
+    assert not any(a.startswith("training.seed=") for a in module.base_stage(tmp_path, data, module.FULL).argv)
