@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", choices=["heldout", "dev"], default="heldout",
                         help="evaluate on the held-out set (default) or on the dev set used for tuning")
     parser.add_argument("--tag-share", type=float, default=0.2,
-                        help="share of base stage-2 answers written with <think>/<answer> tags (default 0.2)")
+                        help="share of the base's training answers written with <think>/<answer> tags (default 0.2)")
     parser.add_argument("--arm-seed", type=int, default=0,
                         help="training.seed of the arms (default 0, the recipes'): replicate the arms from the same base")
     parser.add_argument("--jobs", type=int, help="arms trained at once, sharing the cores (default: one per core)")
