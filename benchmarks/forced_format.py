@@ -13,15 +13,16 @@ the items of `posttrain compare --task arithmetic` (same --n, --seed and --data-
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from posttrain.evaluation.scoring import score_completion  # noqa: E402
 from posttrain.evaluation.tasks import ARITHMETIC_SEED, load_task  # noqa: E402
 from posttrain.generation.base import SamplingParams  # noqa: E402
 from posttrain.generation.local import TransformersEngine  # noqa: E402
-from posttrain.rewards.answers import format_score, loose_correct, strict_correct  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,10 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.model}: arithmetic, n={len(items)}, data seed {args.data_seed}, greedy, {args.max_new_tokens} new tokens\n")
     print("| answer starts with | strict | loose | format |\n|---|---|---|---|")
     for prefix in ["", *(args.prefix or ["<think>"])]:
-        answers = [prefix + c.text for c in engine.generate([r + prefix for r in rendered], params)]
-        strict = sum(strict_correct(a, i["gold"]) for a, i in zip(answers, items)) / len(items)
-        loose = sum(loose_correct(a, i["gold"]) for a, i in zip(answers, items)) / len(items)
-        fmt = sum(format_score(a) for a in answers) / len(items)
+        completions = engine.generate([r + prefix for r in rendered], params)
+        # scored as `posttrain eval` scores, on the whole answer: the forced prefix included
+        rows = [score_completion(i, prefix or "free", dataclasses.replace(c, text=prefix + c.text)) for i, c in zip(items, completions)]
+        strict, loose, fmt = (sum(r[k] for r in rows) / len(rows) for k in ("strict", "loose", "format"))
         print(f"| {f'`{prefix}`' if prefix else '(free)'} | {strict:.1%} | {loose:.1%} | {fmt:.2f} |")
     return 0
 

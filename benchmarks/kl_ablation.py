@@ -60,7 +60,6 @@ DEV_SEED = 99  # a second held-out generator seed, used only for tuning (--split
 EVAL_SEED = 0  # compare --seed: which N items of the task, and sampling (greedy here)
 TAG_SEED = 2  # which chat examples are written with <think>/<answer> tags
 TRAINING_FILES = ("base", "grpo")  # data/NAME.jsonl that any stage trains on
-PROBLEM_KINDS = {"gets": "add", "gives away": "sub", "boxes with": "mul", "packs of": "add_mul"}
 
 
 @dataclass(frozen=True)
@@ -91,12 +90,6 @@ FAST = Scale(
 
 # ---------------------------------------------------------------------------------------------
 # data
-
-
-def problem_key(question: str) -> tuple:
-    """The computation a question asks for (its kind and numbers), whatever the names and items."""
-    kind = next((k for phrase, k in PROBLEM_KINDS.items() if phrase in question), "other")
-    return (kind, tuple(int(n) for n in re.findall(r"\d+", question)))
 
 
 def tagged(solution: str, answer: int) -> str:
@@ -163,15 +156,15 @@ def build_data(out: Path, scale: Scale, tag_share: float) -> dict:
     leaked = [q for q in sorted(excluded) if json.dumps(q)[1:-1] in training_text]  # as JSON writes it
     if leaked:
         raise SystemExit(f"data: {len(leaked)} held-out/dev question(s) found in the training files, e.g. {leaked[0]!r}")
-    trained_keys = {problem_key(p["question"]) for p in pool}
+    trained = {p["expression"] for p in pool}  # the computation, whatever the story around it
     manifest = {
         "seeds": {"train": TRAIN_SEED, "heldout": HELDOUT_SEED, "dev": DEV_SEED, "eval_shuffle": EVAL_SEED, "tags": TAG_SEED},
         "counts": {"base": len(base), "base_chats": len(chats), "base_tagged": n_tagged, "grpo": len(grpo),
                    "heldout": len(heldout), "dev": len(dev), "seed0_problems_drawn": drawn},
         "tag_share": tag_share,
         "heldout_questions_in_training": len(leaked),  # 0, or the run stopped above
-        "heldout_same_numbers_in_training": sum(problem_key(i["question"]) in trained_keys for i in heldout),
-        "dev_same_numbers_in_training": sum(problem_key(i["question"]) in trained_keys for i in dev),
+        "heldout_same_numbers_in_training": sum(i["expression"] in trained for i in heldout),
+        "dev_same_numbers_in_training": sum(i["expression"] in trained for i in dev),
         "files": {name: {"path": str(path.relative_to(out.parent)), "sha256": _sha(path)} for name, (path, _) in files.items()},
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")

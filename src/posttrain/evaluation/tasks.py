@@ -216,7 +216,7 @@ def _arithmetic(opts: TaskOptions) -> list[dict]:
         seen.add(p["question"])
         items.append({"id": f"arithmetic-s{opts.data_seed}-{draws - 1}", "prompt": math_prompt(p["question"]),
                       "gold": str(p["answer"]), "task": "arithmetic", "scorer": "number",
-                      "question": p["question"]})
+                      "question": p["question"], "expression": p["expression"]})
     return items
 
 
