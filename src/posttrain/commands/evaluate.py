@@ -24,6 +24,7 @@ import re
 import sys
 from pathlib import Path
 
+from posttrain.commands.engine_flags import add_engine_arguments, endpoint, engine_options_per_model
 from posttrain.errors import UserError
 
 ARM_NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -52,12 +53,12 @@ def _shared_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=512, help="generation budget per answer, in tokens (default 512)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy, the default: deterministic answers make the paired test exact")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass when --temperature > 0 (default 1.0)")
-    p.add_argument("--batch-size", type=int, default=None, help="prompts per generation batch for local models (default: the engine's)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of verdicts and 1 - level of the CIs (default 0.05)")
     p.add_argument("--out", default=None, help="output directory (default runs/eval-TASK or runs/compare-TASK)")
     p.add_argument("--cache-dir", default=None, help="generation cache (default OUT/cache); share one between commands to reuse generations")
     p.add_argument("--no-cache", action="store_true", help="generate everything afresh (e.g. an API model re-published under the same name)")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw accuracy per arm with CI error bars (needs matplotlib)")
+    add_engine_arguments(p)
 
 
 def add_parser(subparsers) -> None:
@@ -67,7 +68,7 @@ def add_parser(subparsers) -> None:
                     "OUT/summary.json and OUT/summary.md, and print the summary table.",
         epilog=EPILOG + "\nexample:\n  posttrain eval --model tiny:qwen2-1m --task arithmetic --n 20 --max-new-tokens 32\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="hub id, local model or adapter dir, tiny:ARCH-SIZE, or an API/vLLM spec (openai:MODEL, vllm:PATH, ...)")
+    p.add_argument("--model", required=True, help="hub id, local model or adapter dir, tiny:ARCH-SIZE, s3://BUCKET/PATH, or an API/vLLM spec (openai:MODEL, vllm:PATH, ...)")
     _shared_arguments(p)
     p.set_defaults(func=cmd_eval)
 
@@ -242,20 +243,26 @@ def _settings(params) -> dict:
     return {"decoding": decoding, "max_new_tokens": params.max_new_tokens, "seed": params.seed}
 
 
-def _run_arms(arms: list[dict], items: list[dict], params, args, out: Path) -> dict[str, list[dict]]:
+def _engine_options(arms: list[dict], args) -> dict[str, dict]:
+    """Engine options per spec from the shared engine flags (checked before anything is written)."""
+    from posttrain.generation.engines import engine_kind
+
+    return engine_options_per_model(args, {arm["spec"]: engine_kind(arm["spec"]) for arm in arms})
+
+
+def _run_arms(arms: list[dict], items: list[dict], params, args, out: Path, options: dict[str, dict]) -> dict[str, list[dict]]:
     from posttrain.evaluation.runner import LazyEngine, evaluate
-    from posttrain.generation.engines import engine_class, engine_options, make_engine
+    from posttrain.generation.engines import make_engine
 
     cache_dir = None if args.no_cache else Path(args.cache_dir) if args.cache_dir else out / "cache"
     results = {}
     for arm in arms:
-        # --batch-size is for local engines; API engines set their own concurrency.
-        takes_batch = "batch_size" in engine_options(engine_class(arm["spec"]))
-        options = {"batch_size": args.batch_size} if takes_batch and args.batch_size is not None else {}
-        engine = LazyEngine(arm["spec"], lambda spec=arm["spec"], options=options: make_engine(spec, **options))
-        _log(f"{arm['name']}: {arm['spec']} on {len(items)} items")
+        spec = arm["spec"]
+        engine = LazyEngine(spec, lambda spec=spec: make_engine(spec, **options[spec]))
+        _log(f"{arm['name']}: {spec} on {len(items)} items")
         try:
-            results[arm["name"]] = evaluate(arm["name"], engine, items, params, cache_dir, log=_log)
+            results[arm["name"]] = evaluate(arm["name"], engine, items, params, cache_dir, log=_log,
+                                            endpoint=endpoint(spec, options[spec]))
         finally:
             engine.close()
     return results
@@ -292,12 +299,13 @@ def cmd_eval(args) -> int:
         raise UserError(f"--model {args.model}: a run directory without a final model; evaluate one of its "
                         f"checkpoints, or all of them with: posttrain compare --arm run={args.model} --task {args.task}")
     params = _sampling(args)
+    arm = {"name": "model", "spec": args.model}
+    options = _engine_options([arm], args)
     _check_plot_possible(args)
     items = _load_items(args)
     out = Path(args.out or f"runs/eval-{args.task}")
     out.mkdir(parents=True, exist_ok=True)
-    arm = {"name": "model", "spec": args.model}
-    records = _run_arms([arm], items, params, args, out)
+    records = _run_arms([arm], items, params, args, out, options)
     _write_jsonl(out / "samples.jsonl", records["model"])
     report = build_report([arm], records, task=args.task, alpha=args.alpha, settings=_settings(params))
     _finish(report, args, out, "summary", out / "samples.jsonl")
@@ -309,12 +317,13 @@ def cmd_compare(args) -> int:
 
     arms, steps = plan_arms(args.arm, no_base=args.no_base)
     params = _sampling(args)
+    options = _engine_options(arms, args)
     _check_plot_possible(args)
     items = _load_items(args)
     out = Path(args.out or f"runs/compare-{args.task}")
     out.mkdir(parents=True, exist_ok=True)
     _log("arms: " + ", ".join(f"{a['name']}={a['spec']}" for a in arms))
-    records = _run_arms(arms, items, params, args, out)
+    records = _run_arms(arms, items, params, args, out, options)
     for name, rows in records.items():
         _write_jsonl(out / "samples" / f"{name}.jsonl", rows)
     report = build_report(arms, records, task=args.task, alpha=args.alpha, settings=_settings(params), steps=steps)

@@ -11,7 +11,7 @@ completions of the models that finished are kept if a later one fails.
 
 Output: one JSON line per (model, prompt) in --out, with the fields in OUTPUT_FIELDS; --csv writes
 the same rows to a .csv beside it (prompt and params as JSON text). Engine flags apply to the models
-they fit (see FLAG_OPTIONS); a flag that fits none of the models given is an error, not a no-op.
+they fit (see posttrain.commands.engine_flags, shared with eval and compare); a flag that fits none of the models given is an error, not a no-op.
 
 Only argparse is imported here; engines (and torch, for local models) load when the command runs.
 """
@@ -20,24 +20,13 @@ from __future__ import annotations
 
 import argparse
 
+from posttrain.commands.engine_flags import add_engine_arguments, engine_options_per_model
+
 OUTPUT_FIELDS = ["model", "index", "prompt", "completion", "prompt_tokens", "completion_tokens", "finish_reason", "error", "params"]
 PROMPT_COLUMNS = ("prompt", "messages")  # tried in this order when --prompt-column is not given
 
-# flag destination -> (engine option, engine kinds it applies to)
-FLAG_OPTIONS = {
-    "batch_size": ("batch_size", {"local"}),
-    "no_chat_template": ("use_chat_template", {"local", "vllm"}),
-    "base_url": ("base_url", {"api"}),
-    "api_key_env": ("api_key_env", {"api"}),
-    "concurrency": ("max_workers", {"api"}),
-    "timeout": ("timeout", {"api"}),
-    "retries": ("max_retries", {"api"}),
-    "on_error": ("on_error", {"api"}),
-    "no_progress": ("progress", {"local", "api"}),
-}
-
 EPILOG = """\
-model specs: a hub id, a local model or adapter dir, tiny:ARCH-SIZE, vllm:MODEL_OR_PATH,
+model specs: a hub id, a local model or adapter dir, tiny:ARCH-SIZE, s3://BUCKET/PATH, vllm:MODEL_OR_PATH,
 openai:MODEL, anthropic:MODEL, gemini:MODEL. API keys are read from OPENAI_API_KEY,
 ANTHROPIC_API_KEY, GEMINI_API_KEY (or the variable named by --api-key-env) and never written out.
 
@@ -69,16 +58,7 @@ def add_parser(subparsers) -> None:
     s.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]; ignored when greedy (default: 1)")
     s.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
 
-    e = p.add_argument_group("engines")
-    e.add_argument("--batch-size", type=int, help="local models: prompts per batch (default: 16)")
-    e.add_argument("--no-chat-template", action="store_true", default=None, help="local/vLLM models: send plain-string prompts raw instead of as a user turn in the chat template")
-    e.add_argument("--base-url", help="API models: API root, e.g. http://localhost:8000/v1 for an OpenAI-compatible server")
-    e.add_argument("--api-key-env", metavar="VAR", help="API models: environment variable holding the key")
-    e.add_argument("--concurrency", type=int, help="API models: requests in flight at once (default: 8)")
-    e.add_argument("--timeout", type=float, help="API models: seconds to wait for an answer (default: 60)")
-    e.add_argument("--retries", type=int, help="API models: retries on 429/5xx/connection errors, with backoff (default: 5)")
-    e.add_argument("--on-error", choices=["fail", "continue"], help="API models: stop at a failed request, or record it as an error row and go on (default: fail)")
-    e.add_argument("--no-progress", action="store_true", default=None, help="no progress bars")
+    add_engine_arguments(p)
 
     p.add_argument("--out", default="generations.jsonl", metavar="FILE.jsonl", help="output file (default: generations.jsonl)")
     p.add_argument("--csv", action="store_true", help="also write the rows as CSV beside --out (same name, .csv)")
@@ -134,27 +114,6 @@ def run(args) -> int:
             gc.collect()
     print(f"wrote {len(prompts) * len(args.model)} rows to {out}" + (f" and {csv_path}" if csv_path else ""))
     return 0
-
-
-def options_for_kind(args, kind: str) -> dict:
-    """The engine options the flags set for a model of `kind` ("local", "vllm", "api")."""
-    options = {}
-    for dest, (option, kinds) in FLAG_OPTIONS.items():
-        value = getattr(args, dest)
-        if value is not None and kind in kinds:
-            options[option] = not value if dest.startswith("no_") else value
-    return options
-
-
-def engine_options_per_model(args, kinds: dict[str, str]) -> dict[str, dict]:
-    """Options per model spec; a flag that fits none of the models is an error, not a no-op."""
-    from posttrain.errors import UserError
-
-    for dest, (_, flag_kinds) in FLAG_OPTIONS.items():
-        if getattr(args, dest) is not None and not flag_kinds & set(kinds.values()):
-            flag = "--" + dest.replace("_", "-")
-            raise UserError(f"{flag} applies to {' and '.join(sorted(flag_kinds))} models only, and none of --model {' '.join(kinds)} is one; remove {flag}")
-    return {spec: options_for_kind(args, kind) for spec, kind in kinds.items()}
 
 
 def load_prompts(args) -> list:

@@ -7,15 +7,18 @@ The generation cache
 Generating is the slow part of an evaluation; scoring is instant. So generations -- not scores --
 are cached: a fix to the answer parser re-scores old generations without regenerating them.
 
-* One JSONL file per (engine name, model identity, sampling params); one line per item, keyed by a
+* One JSONL file per (engine name, model identity, API endpoint, sampling params); one line per item, keyed by a
   hash of the item's id and prompt. A later run with more items, or an interrupted run, reuses
   every line it finds and generates only what is missing; lines are appended after each chunk, so
   a crash loses at most one chunk.
 * Model identity: for a local model (directory, ``tiny:`` spec, or ``vllm:PATH``) a hash of its
   weight, config and tokenizer files' names, sizes and modification times -- retraining into the
-  same folder invalidates the cache; an adapter's identity includes its base model's. For a hub id
-  or an API model it is the name alone: a model re-published under the same name is NOT noticed
-  (evaluate with ``cache_dir=None``, the CLI's ``--no-cache``, to force fresh generations).
+  same folder invalidates the cache; an adapter's identity includes its base model's. An ``s3://``
+  model is its normalised URI (S3 URIs name immutable content, as in posttrain.storage.cache). For a
+  hub id it is the name alone, and for an API model the name plus the endpoint it is served from
+  (``--base-url``): one model name on two servers is two models. A model re-published under the
+  same name is NOT noticed (evaluate with ``cache_dir=None``, the CLI's ``--no-cache``, to force
+  fresh generations).
 * Failed requests (``Completion.error``) are never cached, so a re-run retries them.
 """
 
@@ -60,6 +63,10 @@ def _local_model_dir(spec: str) -> Path | None:
 
 def model_identity(spec: str) -> str:
     """What a model's cached generations are keyed on (see the module docstring)."""
+    if spec.startswith("s3://"):
+        from posttrain.storage.location import S3Location
+
+        return f"s3:{S3Location.parse(spec).uri}"
     path = _local_model_dir(spec)
     if path is None:
         return f"name:{spec}"
@@ -83,9 +90,11 @@ def item_key(item: dict) -> str:
 class GenerationCache:
     """The cached generations of one (engine, model identity, sampling params) in one JSONL file."""
 
-    def __init__(self, cache_dir: str | Path, engine_name: str, params: SamplingParams):
+    def __init__(self, cache_dir: str | Path, engine_name: str, params: SamplingParams, endpoint: str | None = None):
         material = {"version": CACHE_VERSION, "engine": engine_name, "identity": model_identity(engine_name),
                     "params": params.to_dict()}
+        if endpoint is not None:  # API models only, so local models keep their existing cache files
+            material["endpoint"] = endpoint
         self.path = Path(cache_dir) / f"{_sha(material)[:32]}.jsonl"
         self.material = material
 
@@ -146,14 +155,14 @@ class LazyEngine:
 
 def evaluate(arm_name: str, engine: Engine, task_items: list[dict], params: SamplingParams,
              cache_dir: str | Path | None = None, *, chunk_size: int = 64,
-             log: Callable[[str], None] | None = None) -> list[dict]:
+             log: Callable[[str], None] | None = None, endpoint: str | None = None) -> list[dict]:
     """Records (``scoring.score_completion``) of ``engine`` answering ``task_items``, in item order.
 
     Items already in the cache are not sent to the engine (their records have ``cached: True``);
     the rest are generated ``chunk_size`` at a time and appended to the cache after each chunk.
-    ``cache_dir=None`` disables the cache.
+    ``cache_dir=None`` disables the cache. ``endpoint``: the API root an API model answers from.
     """
-    cache = GenerationCache(cache_dir, engine.name, params) if cache_dir is not None else None
+    cache = GenerationCache(cache_dir, engine.name, params, endpoint) if cache_dir is not None else None
     cached = cache.load() if cache else {}
     keys = [item_key(item) for item in task_items]
     todo = [i for i, key in enumerate(keys) if key not in cached]

@@ -3,10 +3,13 @@
 The rule for a spec:
 - `openai:MODEL`, `anthropic:MODEL`, `gemini:MODEL`: the HTTP API engine of that provider;
 - `vllm:MODEL_OR_PATH`: the vLLM engine (GPU + vllm installed, else a clear error);
-- anything else is the local transformers engine: a hub id, a model or adapter directory, `tiny:...`.
+- anything else is the local transformers engine: a hub id, a model or adapter directory, `tiny:...`,
+  or `s3://bucket/path` (a model or adapter folder, downloaded once per machine into the cache that
+  training uses, posttrain.storage.cache; the endpoint comes from the usual AWS variables, e.g.
+  AWS_ENDPOINT_URL_S3 for an S3-compatible server).
 
 A spec is read as `PREFIX:REST` when the text before its first ':' has no '/' or '\\' in it. Hub ids
-cannot contain ':', so such a prefix is either a known provider, `tiny`, or an existing local path;
+cannot contain ':', so such a prefix is either a known provider, `tiny`, `s3`, or an existing local path;
 anything else is rejected as an unknown provider (a typo such as `opneai:gpt-4o` should not turn
 into a confusing hub download). A local directory whose name holds ':' works as it is when it
 exists, or written with a folder in front (`./my:model`).
@@ -33,13 +36,18 @@ def engine_kind(spec: str) -> str:
     if not spec or not spec.strip():
         raise UserError("empty model spec; give a hub id, a local dir, tiny:..., openai:MODEL, anthropic:MODEL, gemini:MODEL or vllm:MODEL")
     prefix, sep, rest = spec.partition(":")
+    if prefix == "s3" and not Path(spec).expanduser().exists():
+        from posttrain.storage.location import S3Location
+
+        S3Location.parse(spec)  # a malformed URI is an error naming what is expected
+        return "local"
     if not sep or "/" in prefix or "\\" in prefix or prefix in LOCAL_PREFIXES or Path(spec).expanduser().exists():
         return "local"
     if prefix in API_PROVIDERS or prefix == "vllm":
         if not rest:
             raise UserError(f"model spec {spec!r} names no model after '{prefix}:'; e.g. {prefix}:MODEL_NAME")
         return "api" if prefix in API_PROVIDERS else "vllm"
-    known = ", ".join(f"{p}:" for p in (*API_PROVIDERS, "vllm", *LOCAL_PREFIXES))
+    known = ", ".join(f"{p}:" for p in (*API_PROVIDERS, "vllm", *LOCAL_PREFIXES)) + ", s3://"
     raise UserError(
         f"model spec {spec!r}: unknown provider {prefix!r} (known: {known}); a local path containing ':' must "
         f"exist, or be written with a folder in front (./{spec})"
