@@ -60,3 +60,11 @@ def cli():
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(isolated_cache) -> Path:
+    """The tiny LLaVA-style vision-language model (2m), built once per session."""
+    from posttrain.models.tiny import resolve_tiny
+
+    return resolve_tiny("tiny:llava-2m")

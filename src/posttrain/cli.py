@@ -119,9 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="exit 1 when there is a warning (for CI checks)")
     p.set_defaults(func=cmd_inspect)
 
-    p = sub.add_parser("make-tiny-model", help="build a small random model + tokenizer locally (seconds, offline)", description="Build a small randomly initialised causal LM with a locally trained tokenizer (digits split, eos and pad tokens, chat template). Recipes can use 'tiny:ARCH-SIZE' directly; this writes one to a folder.")
+    p = sub.add_parser("make-tiny-model", help="build a small random model + tokenizer locally (seconds, offline)", description="Build a small randomly initialised causal LM (or, with --arch llava, a vision-language model with its processor) with a locally trained tokenizer (digits split, eos and pad tokens, chat template). Recipes can use 'tiny:ARCH-SIZE' directly; this writes one to a folder.")
     p.add_argument("out", help="output directory")
-    p.add_argument("--arch", choices=["qwen2", "llama"], default="qwen2")
+    p.add_argument("--arch", choices=["qwen2", "llama", "llava"], default="qwen2", help="llava: a vision-language model (CLIP-style vision tower + projector + qwen2 language model) with its processor")
     p.add_argument("--size", choices=["1m", "2m", "6m"], default="1m", help="approximate parameter count")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_make_tiny_model)

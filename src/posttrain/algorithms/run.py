@@ -45,7 +45,7 @@ class Run:
     def trainer_kwargs(self) -> dict:
         """What every TRL trainer takes; algorithm modules add their own (reward functions, ...)."""
         return dict(model=self.loaded.model, args=self.trl_config, train_dataset=self.train_dataset, eval_dataset=self.eval_dataset,
-                    processing_class=self.loaded.tokenizer, peft_config=self.peft_config, callbacks=self.callbacks)
+                    processing_class=self.loaded.processing_class, peft_config=self.peft_config, callbacks=self.callbacks)
 
 
 def is_main_process() -> bool:

@@ -36,6 +36,12 @@ class LoadedModel:
     source: str  # resolved local path or hub id of the base model
     adapter_dir: str | None = None  # the adapter that was loaded to continue training
     notes: list[str] = field(default_factory=list)  # what the loader decided, for the start-up log
+    processor: object = None  # vision-language models: the processor (images + text); its tokenizer is `tokenizer`
+
+    @property
+    def processing_class(self):
+        """What TRL trainers take: the processor of a VLM, else the tokenizer."""
+        return self.processor if self.processor is not None else self.tokenizer
 
 
 def resolve_source(name: str) -> str:
@@ -70,9 +76,18 @@ def torch_dtype(name: str, device: DeviceInfo):
     return getattr(torch, name)
 
 
-def load_model(model_cfg, device: DeviceInfo, *, trainable_adapter: bool = True) -> LoadedModel:
-    """Load model + tokenizer for `model_cfg` (the recipe's model section)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_model(model_cfg, device: DeviceInfo, *, trainable_adapter: bool = True, vision: bool = False) -> LoadedModel:
+    """Load model + tokenizer for `model_cfg` (the recipe's model section).
+
+    With `vision`, the model is a vision-language model (AutoModelForImageTextToText) and its
+    processor is loaded too; a text-only model is then an error naming it.
+    """
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+
+    if vision:
+        from .vision import require_vision_language
+
+        require_vision_language(model_cfg, "the data has image or video columns")
 
     source = resolve_source(model_cfg.base_model_name)
     adapter_dir = None
@@ -99,21 +114,26 @@ def load_model(model_cfg, device: DeviceInfo, *, trainable_adapter: bool = True)
     # by bare PEFT does not, and then the base's is the right one.
     has_own_tokenizer = adapter_dir is not None and (Path(adapter_dir) / "tokenizer_config.json").is_file()
     tok_source = model_cfg.tokenizer_name or (adapter_dir if has_own_tokenizer else source)
+    processor = None
     try:
-        tokenizer = AutoTokenizer.from_pretrained(tok_source, trust_remote_code=model_cfg.trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        if vision:
+            processor = AutoProcessor.from_pretrained(tok_source, trust_remote_code=model_cfg.trust_remote_code)
+            tokenizer = processor.tokenizer
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(tok_source, trust_remote_code=model_cfg.trust_remote_code)
+        model = (AutoModelForImageTextToText if vision else AutoModelForCausalLM).from_pretrained(source, **kwargs)
     except OSError as e:
         raise UserError(f"model.base_model_name: cannot load {model_cfg.base_model_name!r}: {e}") from None
 
     notes = [f"model: {source} ({dtype}, {device.kind})", ensure_pad_token(tokenizer), fit_embeddings(model, tokenizer)]
-    if model.config.pad_token_id is None:
+    if getattr(model.config, "pad_token_id", None) is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     if adapter_dir is not None:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, adapter_dir, is_trainable=trainable_adapter)
         notes.append(f"adapter: continuing {adapter_dir}")
-    return LoadedModel(model, tokenizer, source, adapter_dir, notes)
+    return LoadedModel(model, tokenizer, source, adapter_dir, notes, processor)
 
 
 def lora_config(model_cfg):

@@ -23,6 +23,8 @@ from pathlib import Path
 BUILDER_VERSION = 1
 
 ARCHS = ("qwen2", "llama")
+# Vision-language archs, built by `posttrain.models.tiny_vlm` on the same tokenizer and text sizes.
+VLM_ARCHS = ("llava",)
 DEFAULT_ARCH = "qwen2"
 DEFAULT_SIZE = "1m"
 
@@ -51,7 +53,7 @@ TAG_TOKENS = ["<think>", "</think>", "<answer>", "</answer>", "<tool_call>", "</
 VOCAB_SIZE = 1152
 MAX_POSITIONS = 2048
 
-VALID_SPECS = ["tiny:"] + [f"tiny:{a}" for a in ARCHS] + [f"tiny:{a}-{s}" for a in ARCHS for s in SIZES]
+VALID_SPECS = ["tiny:"] + [f"tiny:{a}" for a in ARCHS + VLM_ARCHS] + [f"tiny:{a}-{s}" for a in ARCHS + VLM_ARCHS for s in SIZES]
 _SPEC_RE = re.compile(r"tiny:(?:(?P<arch>[a-z0-9]+)(?:-(?P<size>[a-z0-9]+))?)?")
 
 # ChatML. Why each piece is there:
@@ -130,7 +132,7 @@ def parse_tiny_spec(spec: str) -> tuple[str, str]:
     m = _SPEC_RE.fullmatch(spec.strip()) if isinstance(spec, str) else None
     arch = (m and m["arch"]) or DEFAULT_ARCH
     size = (m and m["size"]) or DEFAULT_SIZE
-    if m is None or arch not in ARCHS or size not in SIZES:
+    if m is None or arch not in ARCHS + VLM_ARCHS or size not in SIZES:
         raise ValueError(f"invalid tiny model spec {spec!r}; valid forms: {', '.join(VALID_SPECS)}")
     return arch, size
 
@@ -264,7 +266,7 @@ def _corpus(seed: int, n: int = 4000) -> list[str]:
     return out
 
 
-def _build_tokenizer(seed: int):
+def _build_tokenizer(seed: int, extra_special: tuple[str, ...] = ()):
     """Train a byte-level BPE on the generated corpus and wrap it as a transformers tokenizer.
 
     Digits are split one by one (as in Qwen/Llama-3) so numbers tokenize uniformly, which
@@ -274,6 +276,9 @@ def _build_tokenizer(seed: int):
     the tokenizer with that pipeline, ignoring tokenizer.json's pre-tokenizer and the
     ``tokenizer_class`` field. Any other pipeline (e.g. ``Digits`` + ``ByteLevel``) would tokenize
     differently after a reload for qwen2 than for llama and than at build time.
+
+    ``extra_special`` (the VLMs' ``<image>``) become special tokens that take the place of the last
+    BPE merges, so the vocabulary stays VOCAB_SIZE; without them the build is unchanged.
     """
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from tokenizers import processors, trainers
@@ -289,9 +294,9 @@ def _build_tokenizer(seed: int):
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE - len(TAG_TOKENS),
+        vocab_size=VOCAB_SIZE - len(TAG_TOKENS),  # special tokens count inside the BPE vocabulary
         min_frequency=2,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=SPECIAL_TOKENS + list(extra_special),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -302,7 +307,7 @@ def _build_tokenizer(seed: int):
         response_template=RESPONSE_TEMPLATE,
         eos_token=EOS_TOKEN,
         pad_token=PAD_TOKEN,
-        extra_special_tokens=[IM_START, IM_END],
+        extra_special_tokens=[IM_START, IM_END, *extra_special],
         padding_side="right",
         model_max_length=MAX_POSITIONS,
         chat_template=CHAT_TEMPLATE,
@@ -317,6 +322,10 @@ def build_tiny_model(out_dir, arch: str = DEFAULT_ARCH, size: str = DEFAULT_SIZE
     and ``embed_tokens`` are separate parameter groups. Generation stops at either <|im_end|>
     (end of a chat turn) or <|endoftext|> (the tokenizer's eos).
     """
+    if arch in VLM_ARCHS and size in SIZES:
+        from .tiny_vlm import build_tiny_vlm
+
+        return build_tiny_vlm(out_dir, arch=arch, size=size, seed=seed)
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, Qwen2Config
 
