@@ -68,3 +68,19 @@ def tiny_vlm_dir(isolated_cache) -> Path:
     from posttrain.models.tiny import resolve_tiny
 
     return resolve_tiny("tiny:llava-2m")
+
+
+@pytest.fixture
+def http_server():
+    """Start `ScriptedServer`s (tests/scripted_http.py) on 127.0.0.1; all are closed after the test."""
+    from scripted_http import ScriptedServer
+
+    servers = []
+
+    def start(files: dict[str, bytes] | None = None, **kwargs) -> ScriptedServer:
+        servers.append(ScriptedServer(files, **kwargs))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()

@@ -26,7 +26,7 @@ FAST = dict(backoff_base=0.001, backoff_max=0.01, progress=False)  # keep retry 
 
 class FakeProvider:
     """A ThreadingHTTPServer speaking one provider's API. `script` lists what to do for the 1st,
-    2nd, ... request ("ok", ("status", code, headers), "hang"); requests beyond it are answered
+    2nd, ... request ("ok", ("status", code, headers), "hang", "truncate"); requests beyond it are answered
     "ok". A request with a wrong path, header or body gets 400/401 (echoing the key it received,
     as some providers do), so an engine that sends the wrong thing fails the test."""
 
@@ -59,7 +59,7 @@ class FakeProvider:
     def handle(self, h: BaseHTTPRequestHandler):
         body = json.loads(h.rfile.read(int(h.headers["Content-Length"])))
         with self.lock:
-            self.requests.append({"path": h.path, "headers": dict(h.headers), "body": body})
+            self.requests.append({"path": h.path, "headers": {k.lower(): v for k, v in h.headers.items()}, "body": body})
             action = self.script.pop(0) if self.script else "ok"
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -67,6 +67,13 @@ class FakeProvider:
             time.sleep(self.delay)
             if action == "hang":
                 self.release.wait(30)
+                return
+            if action == "truncate":  # promise a whole answer, send half of it, close
+                data = json.dumps(self.answer(body)).encode()
+                h.send_response(200)
+                h.send_header("Content-Length", str(len(data)))
+                h.end_headers()
+                h.wfile.write(data[: len(data) // 2])
                 return
             problem = self.check_auth(h) or self.check_request(h.path, body)
             if problem:
@@ -188,7 +195,7 @@ def test_openai_compatible_server_without_a_key_gets_no_auth_header(serve, monke
     server = serve("openai", key=None)
     engine = OpenAIEngine(MODEL, base_url=server.base_url, **FAST)
     assert engine.generate(["hi"], PARAMS)[0].text == "echo: hi"
-    assert "Authorization" not in server.requests[0]["headers"]
+    assert "authorization" not in server.requests[0]["headers"]
 
 
 @pytest.mark.parametrize("provider", ENGINES)
@@ -205,6 +212,26 @@ def test_retry_after_is_honoured(serve):
     out = make(server).generate(["hi"], PARAMS)[0]
     assert time.perf_counter() - start >= 0.4
     assert out.text == "echo: hi" and len(server.requests) == 2
+
+
+def test_a_huge_retry_after_is_capped(serve):
+    server = serve("gemini", script=[("status", 503, {"Retry-After": "86400"}), "ok"])
+    start = time.perf_counter()
+    out = make(server, retry_after_max=0.3).generate(["hi"], PARAMS)[0]
+    assert 0.3 <= time.perf_counter() - start < 3
+    assert out.text == "echo: hi" and out.extra["attempts"] == 2
+
+
+@pytest.mark.parametrize("provider", ENGINES)
+def test_an_answer_cut_short_is_retried_then_obeys_on_error(serve, provider):
+    server = serve(provider, script=["truncate", "ok", "truncate", "truncate"])
+    engine = make(server, max_retries=1, max_workers=1, on_error="continue")
+    first, second = engine.generate(["one", "two"], PARAMS)
+    assert first.text == "echo: one" and first.extra["attempts"] == 2
+    assert second.finish_reason == "error" and "answer broke off" in second.error and "(2 attempts)" in second.error
+    server.script = ["truncate"]
+    with pytest.raises(UserError, match="answer broke off"):
+        make(server, max_retries=0).generate(["three"], PARAMS)
 
 
 def test_retries_run_out_with_a_message_that_says_so(serve):
@@ -316,7 +343,7 @@ def test_cli_never_writes_the_key(serve, tmp_path):
     assert len(written) >= 3
     for text in [*written, result.stdout, result.stderr]:
         assert KEY not in text
-    assert server.requests[0]["headers"]["Authorization"] == f"Bearer {KEY}"  # the key was really used
+    assert server.requests[0]["headers"]["authorization"] == f"Bearer {KEY}"  # the key was really used
 
 
 def test_cli_401_message_hides_the_key(serve, tmp_path):

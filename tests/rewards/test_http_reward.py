@@ -13,8 +13,9 @@ from posttrain.rewards.http import RewardServiceError
 class Scorer:
     """A reward service: pays 1.0 when the completion contains the gold answer; can fail first."""
 
-    def __init__(self, fail_first: int = 0, status: int = 503):
-        self.fail_first, self.status = fail_first, status
+    def __init__(self, fail_first: int = 0, status: int | str = 503, answer: dict | None = None):
+        self.fail_first, self.status, self.answer = fail_first, status, answer
+        self.retry_after = None
         self.requests: list[dict] = []
         self.headers: list[dict] = []
         scorer = self
@@ -24,12 +25,20 @@ class Scorer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 scorer.requests.append(body)
                 scorer.headers.append(dict(self.headers))
+                if len(scorer.requests) <= scorer.fail_first and scorer.status == "truncate":
+                    self.send_response(200)
+                    self.send_header("Content-Length", "100")  # promises 100 bytes, sends 10, closes
+                    self.end_headers()
+                    self.wfile.write(b'{"rewards"')
+                    return
                 if len(scorer.requests) <= scorer.fail_first:
                     self.send_response(scorer.status)
+                    if scorer.retry_after:
+                        self.send_header("Retry-After", scorer.retry_after)
                     self.end_headers()
                     return
                 rewards = [1.0 if gold in c else 0.0 for c, gold in zip(body["completions"], body["columns"]["answer"])]
-                payload = json.dumps({"rewards": rewards}).encode()
+                payload = json.dumps(scorer.answer or {"rewards": rewards}).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
@@ -109,3 +118,31 @@ def test_api_key_goes_in_the_header_and_never_in_errors(scorer, monkeypatch, cap
     with pytest.raises(RewardServiceError) as e:
         get_reward("http", url="http://127.0.0.1:9/x", api_key_env="SCORER_KEY", retries=0, timeout=0.2)(["5"], answer=["5"])
     assert "sk-very-secret" not in str(e.value)
+
+
+def test_an_answer_cut_short_is_retried_and_obeys_on_error_skip(scorer):
+    server = scorer(fail_first=1, status="truncate")
+    assert get_reward("http", url=server.url, retries=1, backoff=0.01)(["5"], answer=["5"]) == [1.0]
+    assert len(server.requests) == 2
+    server = scorer(fail_first=100, status="truncate")
+    assert get_reward("http", url=server.url, retries=1, backoff=0.01, on_error="skip")(["5"], answer=["5"]) == [None]
+    with pytest.raises(RewardServiceError, match=r"failed after 2 attempts \(last: truncated"):
+        get_reward("http", url=server.url, retries=1, backoff=0.01)(["5"], answer=["5"])
+
+
+@pytest.mark.parametrize("answer", [{"rewards": 5}, {"rewards": ["high"]}, {"score": [1.0]}, ["not", "a", "dict"]])
+def test_malformed_answers_are_errors_that_skip_covers(scorer, answer):
+    server = scorer(answer=answer)
+    with pytest.raises(RewardServiceError, match="rewards"):
+        get_reward("http", url=server.url, retries=0)(["5"], answer=["5"])
+    assert get_reward("http", url=server.url, retries=0, on_error="skip")(["5"], answer=["5"]) == [None]
+
+
+def test_a_huge_retry_after_is_capped(scorer):
+    import time
+
+    server = scorer(fail_first=1, status=429)
+    server.retry_after = "86400"
+    start = time.perf_counter()
+    assert get_reward("http", url=server.url, retries=1, backoff=0.01, retry_after_max=0.3)(["5"], answer=["5"]) == [1.0]
+    assert 0.3 <= time.perf_counter() - start < 3

@@ -1,13 +1,16 @@
 """Generation through HTTP APIs: OpenAI (and any OpenAI-compatible server), Anthropic, Gemini.
 
-Standard library only (urllib + a thread pool): one request per prompt, at most `max_workers` in
+One request per prompt through posttrain's shared HTTP client (`posttrain.net.http`: one
+connection pool per process, reused across requests) from a thread pool, at most `max_workers` in
 flight. What every provider shares lives in `HTTPEngine`:
 
-- retries: 429, 5xx, connection errors and timeouts are retried up to `max_retries` times with
-  exponential backoff and full jitter (delay uniform in [0, min(backoff_max, backoff_base * 2^k)]);
-  a Retry-After header (seconds or an HTTP date) is honoured in full as a lower bound on the wait
-  (the server knows when it will take requests again; retrying earlier only burns an attempt). Other
-  4xx answers (bad request, unknown model) are not retried: they would fail the same way again.
+- retries: 429, 408, 5xx, connection errors, timeouts and answers that break off before their
+  Content-Length are retried up to `max_retries` times through `posttrain.net.retry` (exponential
+  backoff from `backoff_base` up to `backoff_max` seconds, with jitter). A Retry-After header
+  (seconds or an HTTP date) is honoured as a lower bound on the wait (the server knows when it
+  will take requests again) but capped at `retry_after_max` seconds (default 120): a server that
+  says "come back tomorrow" must not park a run. Other 4xx answers (bad request, unknown model)
+  are not retried: they would fail the same way again.
 - failures: `on_error="fail"` raises UserError on the first request that still fails after its
   retries (outstanding requests are cancelled); `"continue"` records it as
   Completion(text="", finish_reason="error", error=message) and goes on. 401/403 (a bad key) stop
@@ -26,24 +29,18 @@ Completion.extra["attempts"] says how many tries a request took. top_p is sent o
 
 from __future__ import annotations
 
-import email.utils
-import http.client
 import json
 import os
-import random
-import socket
 import threading
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 from posttrain.errors import UserError
 from posttrain.generation.base import Completion, Prompt, SamplingParams
 from posttrain.generation.local import check_params
+from posttrain.net.http import HTTPStatusError, TransportError, is_retryable, retry_after_of, send
+from posttrain.net.retry import RetryPolicy, call_with_retries, parse_retry_after  # noqa: F401  (parse_retry_after: re-exported)
 
 ON_ERROR_CHOICES = ("fail", "continue")
-RETRYABLE_STATUS = {408, 429} | set(range(500, 600))
 AUTH_STATUS = {401, 403}
 
 
@@ -81,7 +78,7 @@ class HTTPEngine:
     api_key: the key itself; api_key_env: the environment variable that holds it (default: the
     provider's usual one). max_workers: requests in flight at once. timeout: seconds per request
     (see the module docstring). max_retries: retries after the first attempt. backoff_base /
-    backoff_max: seconds, see the module docstring. on_error: "fail" or "continue".
+    backoff_max / retry_after_max: seconds, see the module docstring. on_error: "fail" or "continue".
     """
 
     provider = ""  # the spec prefix: openai, anthropic, gemini
@@ -92,7 +89,7 @@ class HTTPEngine:
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
                  api_key_env: str | None = None, max_workers: int = 8, timeout: float = 60.0,
                  max_retries: int = 5, backoff_base: float = 1.0, backoff_max: float = 60.0,
-                 on_error: str = "fail", progress: bool = True):
+                 retry_after_max: float = 120.0, on_error: str = "fail", progress: bool = True):
         if on_error not in ON_ERROR_CHOICES:
             raise UserError(f"on_error must be one of {ON_ERROR_CHOICES}, got {on_error!r}")
         if max_workers < 1 or max_retries < 0 or timeout <= 0:
@@ -106,8 +103,8 @@ class HTTPEngine:
         self.max_workers = max_workers
         self.timeout = timeout
         self.max_retries = max_retries
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
+        self.policy = RetryPolicy(retries=max_retries, backoff=backoff_base, max_delay=backoff_max,
+                                  retry_after_max=retry_after_max)
         self.on_error = on_error
         self.progress = progress
 
@@ -181,32 +178,30 @@ class HTTPEngine:
 
     def _send_with_retries(self, messages: list[dict], params: SamplingParams) -> Completion:
         url, headers, body = self.request(messages, params)
-        data = json.dumps(body).encode()
-        headers = {**headers, "content-type": "application/json"}
-        for attempt in range(self.max_retries + 1):
-            retry_after = None
-            try:
-                req = urllib.request.Request(url, data=data, headers=headers, method="POST")
-                with urllib.request.urlopen(req, timeout=self.timeout) as response:
-                    raw = response.read()
-                return self._parsed(raw, attempt)
-            except urllib.error.HTTPError as e:
-                problem = f"HTTP {e.code}: {self.error_message(e.read().decode('utf-8', 'replace'))}"
-                if e.code in AUTH_STATUS:
-                    raise self._failed(f"{problem}; check the API key", attempt, fatal=True) from None
-                if e.code not in RETRYABLE_STATUS:
-                    raise self._failed(problem, attempt) from None
-                retry_after = parse_retry_after(e.headers.get("Retry-After"))
-            except (TimeoutError, socket.timeout):
+        attempts = [0]
+
+        def note(n: int) -> None:
+            attempts[0] = n
+
+        try:
+            response = call_with_retries(
+                lambda: send("POST", url, json=body, headers=headers, timeout=self.timeout), policy=self.policy,
+                retryable=is_retryable, retry_after=retry_after_of, on_attempt=note, what=self.name,
+                describe=lambda e: self.key.scrub(str(e)))
+        except HTTPStatusError as e:
+            problem = f"HTTP {e.status}: {self.error_message(e.text)}"
+            if e.status in AUTH_STATUS:
+                raise self._failed(f"{problem}; check the API key", attempts[0] - 1, fatal=True) from None
+            raise self._failed(problem, attempts[0] - 1) from None
+        except TransportError as e:
+            if e.kind == "timeout":
                 problem = f"no answer within the timeout of {self.timeout} s (raise --timeout if the model is slow)"
-            except (urllib.error.URLError, ConnectionError, http.client.HTTPException) as e:
-                problem = f"connection failed: {getattr(e, 'reason', None) or type(e).__name__ + ': ' + str(e)}"
-            except ValueError as e:  # http.client rejects a header or URL; its message may quote the header
-                raise self._failed(f"invalid request ({type(e).__name__}: {e})", attempt, fatal=True) from None
-            if attempt == self.max_retries:
-                raise self._failed(problem, attempt)
-            time.sleep(self._delay(attempt, retry_after))
-        raise AssertionError("unreachable: the last attempt returns or raises")
+            elif e.kind == "invalid_request":  # httpx rejects a header or URL; its message may quote the header
+                raise self._failed(f"invalid request ({e.detail})", attempts[0] - 1, fatal=True) from None
+            else:
+                problem = f"connection failed: {e.detail}"
+            raise self._failed(problem, attempts[0] - 1) from None
+        return self._parsed(response.content, attempts[0] - 1)
 
     def _parsed(self, raw: bytes, attempt: int) -> Completion:
         try:
@@ -216,27 +211,9 @@ class HTTPEngine:
         completion.extra["attempts"] = attempt + 1
         return completion
 
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        jittered = random.uniform(0, min(self.backoff_max, self.backoff_base * 2 ** attempt))
-        return jittered if retry_after is None else max(retry_after, jittered)
-
     def _failed(self, problem: str, attempt: int, fatal: bool = False) -> RequestFailed:
         tries = f"{attempt + 1} attempt{'s' if attempt else ''}"
         return RequestFailed(self.key.scrub(f"{self.name} at {self.base_url}: {problem} ({tries})"), fatal)
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header: a number of seconds or an HTTP date."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
 
 
 def text_of(content) -> str:

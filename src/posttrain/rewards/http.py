@@ -5,7 +5,9 @@
         url: http://127.0.0.1:8000/score
         api_key_env: SCORER_KEY        # sent as 'Authorization: Bearer ...'; never logged
         timeout: 30                    # seconds per request
-        retries: 3                     # extra attempts on connection errors, timeouts, 429 and 5xx
+        retries: 3                     # extra attempts on connection errors, timeouts, cut-off answers, 429 and 5xx
+        backoff: 0.5                   # seconds; the wait doubles per retry (with jitter, see posttrain.net.retry)
+        retry_after_max: 60            # seconds; a server's Retry-After is honoured up to this
         batch_size: 64                 # completions per request
         on_error: fail                 # fail: stop the run | skip: this reward is None for the batch
 
@@ -13,7 +15,8 @@ Request body (JSON): {"prompts": [...], "completions": [...], "columns": {"answe
 with one entry per completion. Only JSON-serialisable values are sent: TRL also passes objects
 such as the trainer state to reward functions, and those never reach the wire.
 Response body: {"rewards": [float | null, ...]}, one per completion (null: no opinion).
-With `on_error: skip`, TRL ignores a None reward for that completion (it is not counted as 0).
+Requests go through posttrain's shared HTTP client (connections reused between batches).
+With `on_error: skip`, every failure of a batch (after its retries) gives None rewards; TRL ignores a None reward for that completion (it is not counted as 0).
 """
 
 from __future__ import annotations
@@ -21,11 +24,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
-import time
-import urllib.error
-import urllib.request
 from typing import Any
+
+from posttrain.net.http import HTTPStatusError, TransportError, is_retryable, retry_after_of, send
+from posttrain.net.retry import RetryPolicy, call_with_retries
 
 logger = logging.getLogger(__name__)
 NOT_DATA = {"trainer_state", "log_extra", "log_metric", "environments", "completion_ids"}
@@ -49,30 +51,41 @@ def jsonable_columns(kwargs: dict[str, Any]) -> dict[str, list]:
     return out
 
 
-def _post(url: str, body: dict, headers: dict, timeout: float, retries: int, backoff: float) -> list:
-    data = json.dumps(body).encode()
-    last = ""
-    for attempt in range(retries + 1):
-        request = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json", **headers})
+def _post(url: str, body: dict, headers: dict, timeout: float, policy: RetryPolicy) -> list:
+    """The service's rewards for one batch, through the shared client and retry helper.
+
+    Every failure becomes RewardServiceError (so `on_error: skip` covers them all): retried ones
+    (connection errors, timeouts, bodies cut short, 408/429/5xx) after the last attempt, others
+    (a 4xx, an answer that is not a valid rewards list) at once."""
+    attempts = [0]
+
+    def once() -> list:
+        response = send("POST", url, json=body, headers=headers, timeout=timeout)
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                rewards = json.loads(response.read())["rewards"]
-            if len(rewards) != len(body["completions"]):
-                raise RewardServiceError(f"reward service {url} returned {len(rewards)} rewards for {len(body['completions'])} completions")
-            return rewards
-        except urllib.error.HTTPError as e:
-            last = f"HTTP {e.code}"
-            if e.code != 429 and e.code < 500:
-                raise RewardServiceError(f"reward service {url} answered {last}; not retried (a client error)") from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
-            last = type(e).__name__ + (f": {e.reason}" if isinstance(e, urllib.error.URLError) else "")
-        except (KeyError, ValueError) as e:
-            raise RewardServiceError(f"reward service {url} answered without a valid 'rewards' list: {e}") from None
-        if attempt < retries:
-            delay = backoff * 2**attempt * (1 + random.random() / 2)
-            logger.warning("reward service %s: %s; retry %d/%d in %.1fs", url, last, attempt + 1, retries, delay)
-            time.sleep(delay)
-    raise RewardServiceError(f"reward service {url} failed after {retries + 1} attempts (last: {last})")
+            rewards = json.loads(response.content)["rewards"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise RewardServiceError(f"reward service {url} answered without a valid 'rewards' list: "
+                                     f"{type(e).__name__}: {e}") from None
+        if not isinstance(rewards, list) or not all(r is None or (isinstance(r, (int, float)) and not isinstance(r, bool))
+                                                    for r in rewards):
+            raise RewardServiceError(f"reward service {url} answered 'rewards' that is not a list of numbers or nulls: "
+                                     f"{str(rewards)[:200]}")
+        if len(rewards) != len(body["completions"]):
+            raise RewardServiceError(f"reward service {url} returned {len(rewards)} rewards for {len(body['completions'])} completions")
+        return rewards
+
+    try:
+        return call_with_retries(once, policy=policy, retryable=is_retryable, retry_after=retry_after_of,
+                                 on_attempt=lambda n: attempts.__setitem__(0, n), what=f"reward service {url}")
+    except HTTPStatusError as e:
+        if not is_retryable(e):
+            raise RewardServiceError(f"reward service {url} answered HTTP {e.status}; not retried (a client error)") from None
+        last = f"HTTP {e.status}"
+    except TransportError as e:
+        if not is_retryable(e):
+            raise RewardServiceError(f"reward service {url}: {e}") from None
+        last = str(e)
+    raise RewardServiceError(f"reward service {url} failed after {attempts[0]} attempts (last: {last})")
 
 
 def http_reward(
@@ -82,6 +95,7 @@ def http_reward(
     timeout: float = 30.0,
     retries: int = 3,
     backoff: float = 0.5,
+    retry_after_max: float = 60.0,
     batch_size: int = 64,
     on_error: str = "fail",
     api_key_env: str | None = None,
@@ -97,6 +111,7 @@ def http_reward(
         if not key:
             raise RewardServiceError(f"http reward: environment variable {api_key_env} (api_key_env) is not set")
         sent_headers["Authorization"] = f"Bearer {key}"
+    policy = RetryPolicy(retries=retries, backoff=backoff, retry_after_max=retry_after_max)
     prompts = kwargs.get("prompts") or [None] * len(completions)
     columns = jsonable_columns(kwargs)
     rewards: list[float | None] = []
@@ -104,7 +119,7 @@ def http_reward(
         end = start + batch_size
         body = {"prompts": prompts[start:end], "completions": completions[start:end], "columns": {k: v[start:end] for k, v in columns.items()}}
         try:
-            rewards += _post(url, body, sent_headers, timeout, retries, backoff)
+            rewards += _post(url, body, sent_headers, timeout, policy)
         except RewardServiceError:
             if on_error == "fail":
                 raise

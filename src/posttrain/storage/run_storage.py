@@ -39,9 +39,10 @@ class S3RunStorage:
         import shutil
         from pathlib import Path
 
-        from .s3 import download_dir, latest_checkpoint
+        from .s3 import download_dir, latest_checkpoint, with_retries
 
-        remote = latest_checkpoint(self.client, self.dest)
+        remote = with_retries(f"checkpoint lookup in {self.dest.uri}", lambda: latest_checkpoint(self.client, self.dest),
+                              retries=5, backoff=0.5)
         if remote is None or int(re.search(r"(\d+)$", remote.name).group(1)) <= newer_than:
             return None
         local = Path(output_dir) / remote.name

@@ -6,8 +6,10 @@ What the rest of posttrain relies on:
   the prefix and checks every file is present with its local size (each PUT also carries a CRC32
   that the server checks). Only then does it write ``.posttrain-upload.json`` (the manifest of what
   a complete upload holds), so a reader can tell a complete folder from one whose upload was cut off.
-- **Failures are retried with backoff, beyond botocore's own retries**, so an endpoint that is down
-  for a while does not lose a run; a wrong bucket or rejected credentials fail at once with a hint
+- **Failures are retried with backoff** by posttrain's one retry helper (`with_retries`), so an
+  endpoint that is down for a while does not lose a run. botocore's and s3transfer's own retry
+  layers are off by default (one attempt each), so the two never multiply (5 x 5 attempts) and every
+  retry is logged; a wrong bucket or rejected credentials fail at once with a hint
   (see `errors.py`).
 - **A download never writes outside its destination and is never seen half done**: keys are checked
   before anything is written, files land in a temporary folder next to the destination, which is
@@ -25,7 +27,6 @@ import fnmatch
 import json
 import logging
 import os
-import random
 import re
 import shutil
 import tempfile
@@ -34,6 +35,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TypeVar
+
+from posttrain.net.retry import RetryPolicy, call_with_retries
 
 from .errors import (StorageError, TransientMismatch, UnsafeKeyError, UploadError, describe, error_code,
                      is_transient)
@@ -66,14 +69,15 @@ class UploadReport:
         return f"uploaded {self.local_dir} -> {self.uri}: {self.files} files, {human_bytes(self.bytes)} in {self.seconds:.1f} s"
 
 
-def make_client(endpoint_url: str | None = None, region: str | None = None, *, max_attempts: int = 5,
+def make_client(endpoint_url: str | None = None, region: str | None = None, *, max_attempts: int = 1,
                 connect_timeout: float = 10.0, read_timeout: float = 60.0):
     """A boto3 S3 client with botocore's "standard" retries and explicit timeouts.
 
     ``endpoint_url`` selects an S3-compatible server (MinIO, Ceph, R2, moto) and switches to
     path-style addressing, which those servers need when addressed by IP or ``localhost``.
-    ``max_attempts`` counts botocore's attempts per request (1 = no botocore retry); our own
-    per-file retries come on top. A fresh session per client: boto3 sessions are not thread-safe,
+    ``max_attempts`` counts botocore's attempts per request; the default 1 turns botocore's retries
+    off, because every call here is wrapped in `with_retries` (stacking both would turn 5 retries
+    into 35 attempts and hide them from the log). A fresh session per client: boto3 sessions are not thread-safe,
     clients are.
     """
     import boto3
@@ -115,22 +119,17 @@ def transfer_config(use_threads: bool = True):
     from boto3.s3.transfer import TransferConfig
 
     return TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_CHUNKSIZE,
-                          max_concurrency=MAX_CONCURRENCY, use_threads=use_threads)
+                          max_concurrency=MAX_CONCURRENCY, use_threads=use_threads,
+                          num_download_attempts=1)  # our `with_retries` retries the whole file
 
 
 def with_retries(what: str, fn: Callable[[], T], *, retries: int, backoff: float) -> T:
-    """``fn()``, retried up to ``retries`` more times on transient errors, waiting about
-    ``backoff * 2**attempt`` seconds (with jitter, at most 30 s) in between; other errors raise at once."""
-    for attempt in range(retries + 1):
-        try:
-            return fn()
-        except Exception as exc:
-            if attempt == retries or not is_transient(exc):
-                raise
-            delay = min(backoff * 2 ** attempt, MAX_BACKOFF_S) * random.uniform(0.5, 1.0)
-            log.warning("%s failed (%s); retry %d of %d in %.1f s", what, describe(exc), attempt + 1, retries, delay)
-            time.sleep(delay)
-    raise AssertionError("unreachable")
+    """``fn()``, retried up to ``retries`` more times on transient errors (`is_transient`) through
+    posttrain's one retry helper (`posttrain.net.retry`: about ``backoff * 2**attempt`` seconds
+    with jitter, at most 30 s); other errors raise at once. Messages go through `describe`, which
+    removes secrets."""
+    return call_with_retries(fn, policy=RetryPolicy(retries=retries, backoff=backoff, max_delay=MAX_BACKOFF_S),
+                             retryable=is_transient, what=what, describe=describe)
 
 
 # ---- upload ---------------------------------------------------------------------------------------
