@@ -24,9 +24,10 @@ examples:
   posttrain train --recipe recipes/sft/tiny-cpu.yaml training.max_steps=5 model.use_lora=true
   posttrain train recipes/cpt/tiny-cpu.yaml 'data.datasets[0].name=my.jsonl'
 
-overrides are key.path=value after the recipe; list items are addressed as data.datasets[0].name
-or data.datasets.0.name; values are YAML (true, null, 1e-5, [a, b]). Precedence:
-TRL default < posttrain default < recipe file < override.
+overrides are key.path=value, anywhere after the command; list items are addressed as
+data.datasets[0].name or data.datasets.0.name; values are YAML 1.2 scalars (true, null, 1e-5,
+0123 = 123) or flow lists/maps ([a, b]); other text is kept exactly ('exp #3', 1:30).
+Precedence: TRL default < posttrain default < recipe file < override.
 """
 
 
@@ -133,10 +134,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None):
+    """Parse the command line with key=value overrides allowed anywhere after the command.
+
+    argparse stops filling a positional list at the first option, so `validate R --schema-only k=v`
+    leaves `k=v` over; such leftovers join the command's overrides. Anything else left over is the
+    usual "unrecognized arguments" error (exit 2).
+    """
+    args, extra = parser.parse_known_args(argv)
+    overrides = [e for e in extra if "=" in e and not e.startswith("-")]
+    others = [e for e in extra if e not in overrides]
+    if overrides and not hasattr(args, "items"):
+        others = extra  # this command takes no overrides
+    if others:
+        parser.error(f"unrecognized arguments: {' '.join(others)}")
+    if overrides:
+        args.items = [*args.items, *overrides]
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     from posttrain.recipe.errors import RecipeError
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parse_args(parser, argv)
     try:
         return args.func(args)
     except (RecipeError, UserError) as e:

@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,3 +42,28 @@ def test_python_dash_m_and_console_script_agree():
     exe = [str(script)] if script.exists() else [sys.executable, "-m", "posttrain"]
     result = subprocess.run([*exe, "validate", "recipes/cpt/tiny-cpu.yaml"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0 and "valid (cpt)" in result.stdout
+
+
+@pytest.mark.parametrize("argv", [
+    ["validate", "recipes/sft/tiny-cpu.yaml", "--schema-only", "training.max_steps=0123", "tracking.run_name=exp #3"],
+    ["validate", "--schema-only", "recipes/sft/tiny-cpu.yaml", "training.max_steps=0123", "tracking.run_name=exp #3"],
+    ["validate", "training.max_steps=0123", "--schema-only", "--recipe", "recipes/sft/tiny-cpu.yaml", "tracking.run_name=exp #3"],
+])
+def test_overrides_anywhere_on_the_line(argv, capsys, repo, monkeypatch):
+    from posttrain.cli import main
+
+    monkeypatch.chdir(repo)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "max_steps: 123" in out and "run_name: 'exp #3'" in out
+
+
+def test_stray_flag_or_override_where_none_is_taken(capsys):
+    from posttrain.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["validate", "recipes/sft/tiny-cpu.yaml", "--bogus"])
+    assert e.value.code == 2 and "--bogus" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["inspect", "somewhere", "a=1"])
+    assert e.value.code == 2 and "a=1" in capsys.readouterr().err

@@ -34,6 +34,26 @@ def test_values_are_yaml_scalars(text, value):
     assert parsed == value and type(parsed) is type(value)
 
 
+@pytest.mark.parametrize(
+    "text, value",
+    # YAML 1.1 (PyYAML's default) reads these as 83, 90, 90, False, True, a truncated 'exp' and a date.
+    [("0123", 123), ("1:30", "1:30"), ("1:30:00", "1:30:00"), ("no", "no"), ("on", "on"), ("exp #3", "exp #3"),
+     ("2026-01-01", "2026-01-01"), ("0x1F", 31), ("0o17", 15), ("+5", 5), ("1_000", "1_000"), ("~", None),
+     ("a: b", "a: b"), ("-.inf", float("-inf")), ("[1, 0123, no]", [1, 123, "no"])],
+)
+def test_values_follow_yaml_1_2_not_1_1(text, value):
+    parsed = parse_value(text)
+    assert parsed == value and type(parsed) is type(value)
+
+
+def test_recipe_files_follow_yaml_1_2(tmp_path):
+    from posttrain.recipe.load import read_yaml
+
+    path = tmp_path / "r.yaml"
+    path.write_text("training:\n  save_steps: 0123   # a comment\n  eval_strategy: no\n  learning_rate: 1e-5\n")
+    assert read_yaml(path)["training"] == {"save_steps": 123, "eval_strategy": "no", "learning_rate": 1e-5}
+
+
 def test_list_items_are_set_and_appended():
     raw = {"data": {"datasets": [{"name": "a.jsonl"}]}}
     apply_overrides(raw, ["data.datasets[0].name=b.jsonl", "data.datasets.1.name=c.jsonl", "data.datasets[1].split=train[:8]"])

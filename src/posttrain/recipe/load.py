@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from .defaults import defaults_for
+from . import yaml12
 from .errors import Problem, RecipeError, did_you_mean
 from .migrations import migration_for
 from .overrides import apply_overrides, format_path
@@ -47,7 +48,7 @@ def read_yaml(path: str | Path) -> dict:
     if not path.is_file():
         raise RecipeError(Problem("", f"recipe file {str(path)!r} does not exist" + (" (it is a directory)" if path.is_dir() else "")))
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml12.load(path.read_text())
     except yaml.YAMLError as e:
         raise RecipeError(Problem("", f"{path} is not valid YAML: {e}")) from None
     if raw is None:

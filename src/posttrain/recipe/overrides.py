@@ -1,8 +1,11 @@
 """`key.path=value` overrides applied to the recipe's raw mapping before validation.
 
-Paths address mappings by name and lists by index, written `a.b[0].c` or `a.b.0.c`. Values are
-YAML scalars or flow collections (`true`, `null`, `1e-5`, `[a, b]`, `{k: v}`); an empty value
-(`key=`) means the empty string. Whether a *name* exists is the schema's business (it knows
+Paths address mappings by name and lists by index, written `a.b[0].c` or `a.b.0.c`. A value is
+read as one YAML 1.2 core-schema scalar (see `yaml12`): `true`/`false`, `null`/`~`, integers
+(`0123` is 123, `0x1F`, `0o17`), floats (`1e-5`, `.inf`); anything else is the text exactly as
+typed, `#` and `:` included (`run_name=exp #3`, `1:30`). A value starting with `[` or `{` is a YAML
+flow collection (`[a, b]`, `{k: v}`); a quoted value (`'007'`) is a string. An empty value (`key=`)
+means the empty string. Whether a *name* exists is the schema's business (it knows
 every valid key and suggests the closest); this module only reports what it can see itself:
 malformed paths and list indexes out of range.
 """
@@ -13,20 +16,23 @@ import re
 
 import yaml
 
+from . import yaml12
 from .errors import Problem, RecipeError
 
 _SEGMENT = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
-_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)$")
 
 
 def parse_value(text: str):
-    """A YAML scalar, with '1e-5' read as a float (YAML 1.1 would keep it a string)."""
-    if _FLOAT.match(text.strip()):
-        return float(text)
-    try:
-        return yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
-        return text
+    """An override's value: a YAML 1.2 scalar, a flow collection, a quoted string, else the text itself."""
+    stripped = text.strip()
+    if not stripped:
+        return ""
+    if stripped[0] in "[{'\"":
+        try:
+            return yaml12.load(stripped)
+        except yaml.YAMLError:
+            return text
+    return yaml12.scalar(stripped)
 
 
 def parse_path(path: str) -> list[str | int]:
