@@ -22,8 +22,8 @@ def easy_pairs(tmp_path_factory) -> Path:
     return path
 
 
-def dpo(cli, out: Path, data: Path, *overrides):
-    result = cli("train", "--recipe", "recipes/dpo/tiny-cpu.yaml", f"training.output_dir={out}", f"data.datasets[0].name={data}", *overrides)
+def dpo(cli, out: Path, data: Path, *overrides, recipe="recipes/dpo/tiny-cpu.yaml"):
+    result = cli("train", "--recipe", recipe, f"training.output_dir={out}", f"data.datasets[0].name={data}", *overrides)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()], json.loads((out / "trl_config.json").read_text())
 
@@ -39,7 +39,7 @@ def test_lora_dpo_learns_preferences_and_evaluates_on_schedule(cli, tmp_path, ea
 
 
 def test_beta_and_loss_type_reach_dpo_and_change_the_loss(cli, tmp_path, easy_pairs):
-    common = ("training.max_steps=3", "training.eval_strategy=no", "data.eval_fraction=null", "training.logging_steps=1")
+    common = ("training.max_steps=3", "training.eval_strategy=no", "training.eval_steps=null", "data.eval_fraction=null", "training.logging_steps=1")
     low, low_config = dpo(cli, tmp_path / "b01", easy_pairs, *common)
     high, high_config = dpo(cli, tmp_path / "b05", easy_pairs, *common, "training.beta=0.5", "training.loss_type=[sigmoid, hinge]", "training.loss_weights=[1.0, 0.5]")
     assert (high_config["beta"], high_config["loss_type"], high_config["loss_weights"]) == (0.5, ["sigmoid", "hinge"], [1.0, 0.5])
@@ -49,9 +49,14 @@ def test_beta_and_loss_type_reach_dpo_and_change_the_loss(cli, tmp_path, easy_pa
     assert high_loss != pytest.approx(low_loss, abs=1e-4)
 
 
-def test_full_dpo_uses_a_frozen_reference(cli, tmp_path, easy_pairs):
-    records, config = dpo(cli, tmp_path / "full", easy_pairs, "model.use_lora=false", "training.max_steps=4", "training.eval_steps=4",
-                          "training.learning_rate=1e-3")
+def test_full_dpo_uses_a_frozen_reference(cli, repo, tmp_path, easy_pairs):
+    import yaml
+
+    raw = yaml.safe_load((repo / "recipes/dpo/tiny-cpu.yaml").read_text())
+    raw["model"] = {"base_model_name": raw["model"]["base_model_name"]}  # full training: no lora_* keys (they would be dead)
+    (tmp_path / "full.yaml").write_text(yaml.safe_dump(raw))
+    records, config = dpo(cli, tmp_path / "full", easy_pairs, "training.max_steps=4", "training.eval_steps=4",
+                          "training.learning_rate=1e-3", recipe=str(tmp_path / "full.yaml"))
     assert (tmp_path / "full" / "model.safetensors").is_file()
     assert records[0]["loss"] == pytest.approx(0.6931, abs=1e-3)
     assert any("eval_rewards/accuracies" in r for r in records)
@@ -78,7 +83,7 @@ def test_bad_preference_data(cli, tmp_path, case):
     data = tmp_path / "bad.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = cli("train", "--recipe", "recipes/dpo/tiny-cpu.yaml", f"training.output_dir={tmp_path / 'out'}", f"data.datasets[0].name={data}",
-                 "data.eval_fraction=null", "training.eval_strategy=no")
+                 "data.eval_fraction=null", "training.eval_strategy=no", "training.eval_steps=null")
     assert result.returncode == 2 and expected in result.stderr, result.stderr[-2000:]
     assert str(data) in result.stderr and not (tmp_path / "out").exists()
 

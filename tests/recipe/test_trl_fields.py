@@ -3,6 +3,8 @@
 import dataclasses
 
 import pytest
+
+from posttrain.recipe.ranges import range_for
 import trl
 
 from posttrain.algorithms.trl_config import build_trl_config
@@ -22,6 +24,9 @@ UNSETTABLE = {"parallelism_config"}
 # non-default set; generation_batch_size excludes steps_per_generation and is tested on its own.
 RL_VALUES = {"per_device_train_batch_size": 6, "num_generations": 3, "steps_per_generation": 8,
              "gradient_accumulation_steps": 4, "importance_sampling_level": "sequence"}
+# Cross-field rules (schema.TrainingBase.cross_checks) hold between some fields: x_steps needs
+# x_strategy=steps, fp16 excludes bf16. These keep the strategies at 'steps' so every *_steps arrives.
+CONSISTENT = {"save_strategy": "steps", "logging_strategy": "steps", "eval_strategy": "steps", "bf16": False}
 
 
 def base_recipe(algorithm: str, **training) -> dict:
@@ -34,8 +39,21 @@ def base_recipe(algorithm: str, **training) -> dict:
     }
 
 
-def non_default(spec: dict):
-    """A value of the field's type that differs from TRL's default."""
+def non_default(spec: dict, rule=None):
+    """A value of the field's type that differs from TRL's default (and is within the field's range)."""
+    value = _non_default(spec)
+    if rule is None or rule.check(value) is None:
+        return value
+    low = rule.low if rule.low is not None else 0
+    high = rule.high if rule.high is not None else low + 10
+    for candidate in ((low + high) / 2, (3 * low + high) / 4, low + 1):
+        candidate = int(candidate) if "float" not in spec["kinds"] else candidate
+        if candidate != spec["default"] and rule.check(candidate) is None:
+            return candidate
+    raise AssertionError(f"no in-range test value for {spec}")
+
+
+def _non_default(spec: dict):
     default = spec["default"]
     if spec["choices"]:
         return next(c for c in spec["choices"] if c != default)
@@ -65,7 +83,8 @@ def test_every_trl_field_reaches_the_config(algorithm, monkeypatch):
     family = TRAINING_MODELS[algorithm]._family
     # Keys posttrain consumes itself (resume_from_checkpoint) are tested where they act.
     fields = {n: s for n, s in trl_fields(family).items() if n not in OWNED_ELSEWHERE and n not in UNSETTABLE and n not in TrainingBase.model_fields}
-    values = {name: non_default(spec) for name, spec in fields.items()}
+    values = {name: non_default(spec, range_for(family, name, spec)) for name, spec in fields.items()}
+    values.update(CONSISTENT)
     if family == "grpo":
         values.pop("generation_batch_size")
         values.update(RL_VALUES)

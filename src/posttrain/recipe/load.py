@@ -21,7 +21,7 @@ from . import yaml12
 from .errors import Problem, RecipeError, did_you_mean
 from .migrations import migration_for
 from .overrides import apply_overrides, format_path
-from .schema import OWNED_ELSEWHERE, TRAINING_MODELS, Recipe
+from .schema import OWNED_ELSEWHERE, TRAINING_MODELS, Problems, Recipe
 from .trl_fields import trl_fields
 
 SECRET_KEYS = {"api_key", "hub_token", "token", "password", "secret_access_key"}
@@ -153,8 +153,14 @@ def _problems(exc: ValidationError, raw: dict, loaded: LoadedRecipe) -> list[Pro
     problems = []
     for path, errs in grouped.items():
         parts = errs[0]["parts"]
-        source = loaded.layer(path) if path else None
-        problems.append(Problem(path, _message(errs, parts, raw), source))
+        for err in errs:  # a cross-field check that found several problems names each one's key
+            found = err.get("ctx", {}).get("error") if err["type"] == "value_error" else None
+            if isinstance(found, Problems):
+                problems.extend(Problem(key, msg, loaded.layer(key)) for key, msg in found.items)
+        errs = [e for e in errs if not isinstance(e.get("ctx", {}).get("error"), Problems)]
+        if errs:
+            source = loaded.layer(path) if path else None
+            problems.append(Problem(path, _message(errs, parts, raw), source))
     return problems
 
 

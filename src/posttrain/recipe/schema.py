@@ -14,9 +14,27 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, StrictBool, StrictInt, create_model, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, StrictBool, StrictInt, create_model, model_validator
 
+from .ranges import range_for
 from .trl_fields import trl_fields
+
+
+class Problems(ValueError):
+    """Several independent problems found by one cross-field check, each with its own key path.
+
+    Pydantic stops a model's checks at the first ValueError; a check that gathers every problem it
+    sees and raises them together lets `posttrain validate` report them in one pass.
+    """
+
+    def __init__(self, items: list[tuple[str, str]]):
+        self.items = items  # (key path, message)
+        super().__init__("; ".join(f"{k}: {m}" for k, m in items))
+
+
+def raise_all(items: list[tuple[str, str]]) -> None:
+    if items:
+        raise Problems(items)
 
 
 class Section(BaseModel):
@@ -59,11 +77,20 @@ class ModelSection(Section):
 
     @model_validator(mode="after")
     def _quantisation_needs_lora(self):
+        problems = []
         if self.load_in_4bit and self.load_in_8bit:
-            raise ValueError("load_in_4bit and load_in_8bit are both true; choose one (4-bit is QLoRA).")
+            problems.append(("model.load_in_8bit", "load_in_4bit and load_in_8bit are both true; choose one (4-bit is QLoRA)."))
         if (self.load_in_4bit or self.load_in_8bit) and not self.use_lora:
-            raise ValueError("a quantised base cannot be trained in full: set model.use_lora=true (QLoRA) or turn quantisation off.")
+            problems.append(("model.use_lora", "a quantised base cannot be trained in full: set model.use_lora=true (QLoRA) or turn quantisation off."))
+        dead = [k for k in LORA_KEYS if k in self.model_fields_set]
+        if dead and not self.use_lora:
+            problems.append((f"model.{dead[0]}", f"{', '.join('model.' + k for k in dead)} only apply with model.use_lora=true, which "
+                             "is false, so they would do nothing; set use_lora=true or remove them."))
+        raise_all(problems)
         return self
+
+
+LORA_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save")
 
 
 # ---------------------------------------------------------------------------------------- data
@@ -211,7 +238,17 @@ def _yaml_word(choices: tuple):
     return BeforeValidator(restore)
 
 
-def _annotation(spec: dict) -> Any:
+def _in_range(rule):
+    def check(value):
+        problem = rule.check(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(check)
+
+
+def _annotation(spec: dict, rule=None) -> Any:
     types: list[Any] = []
     for kind in spec["kinds"]:
         if kind == "null":
@@ -226,6 +263,8 @@ def _annotation(spec: dict) -> Any:
     if "float" in spec["kinds"] and "int" not in spec["kinds"]:
         types.insert(0, StrictInt)  # 2 is a fine learning rate or logging_steps; keep it an int
     tp = types[0] if len(types) == 1 else Union[tuple(types)]
+    if rule is not None:
+        tp = Annotated[tp, _in_range(rule)]
     return tp | None if "null" in spec["kinds"] else tp
 
 
@@ -249,6 +288,44 @@ class TrainingBase(Section):
         "crashed run restarted with the same command picks up where it stopped; false: start fresh; or a checkpoint path.",
     )
 
+    def value(self, key: str):
+        """A TRL field as the trainer will see it: the recipe's value, else TRL's default."""
+        if key in self.model_fields_set:
+            return getattr(self, key)
+        spec = trl_fields(self._family).get(key)
+        return spec["default"] if spec else None
+
+    def cross_checks(self) -> list[tuple[str, str]]:
+        """Rules between keys that transformers/TRL enforce only when the trainer starts (or never)."""
+        v, out = self.value, []
+        for kind in ("eval", "save", "logging"):  # x_steps is read only with x_strategy='steps'
+            strategy = v(f"{kind}_strategy")
+            if f"{kind}_steps" in self.model_fields_set and getattr(self, f"{kind}_steps") is not None and strategy != "steps":
+                out.append((f"training.{kind}_steps", f"is only read with training.{kind}_strategy=steps, but that is "
+                            f"{strategy!r}, so it would do nothing; set {kind}_strategy=steps or remove {kind}_steps (an override: "
+                            f"training.{kind}_steps=null)."))
+        if v("bf16") and v("fp16"):
+            out.append(("training.fp16", "bf16 and fp16 are both true; choose one."))
+        if v("load_best_model_at_end") and v("save_strategy") != "best":
+            if v("eval_strategy") != v("save_strategy"):
+                out.append(("training.load_best_model_at_end", f"needs save_strategy ({v('save_strategy')!r}) to equal eval_strategy "
+                            f"({v('eval_strategy')!r}), or save_strategy='best' (transformers' rule)."))
+            elif v("eval_strategy") == "steps" and isinstance(v("eval_steps"), int) and isinstance(v("save_steps"), int) \
+                    and v("eval_steps") >= 1 and v("save_steps") % v("eval_steps"):
+                out.append(("training.save_steps", f"{v('save_steps')} must be a multiple of eval_steps={v('eval_steps')} with "
+                            "load_best_model_at_end (transformers' rule: the best checkpoint must have been saved)."))
+        if v("lr_scheduler_type") in ("reduce_lr_on_plateau", "greedy") and v("eval_strategy") == "no":
+            out.append(("training.lr_scheduler_type", f"{v('lr_scheduler_type')!r} steps on the eval metric: it needs "
+                        "training.eval_strategy (and evaluation data)."))
+        if v("dataloader_prefetch_factor") is not None and not v("dataloader_num_workers"):
+            out.append(("training.dataloader_prefetch_factor", "only applies with training.dataloader_num_workers > 0."))
+        return out
+
+    @model_validator(mode="after")
+    def _cross_field(self):
+        raise_all(self.cross_checks())
+        return self
+
     def trl_kwargs(self) -> dict[str, Any]:
         """The TRL config arguments this section sets (explicitly or by posttrain default); posttrain's own keys stay here."""
         names = trl_fields(self._family)
@@ -261,7 +338,7 @@ def _training_model(algorithm: str, family: str, base: type[TrainingBase] = Trai
     for name, spec in trl_fields(family).items():
         if name in OWNED_ELSEWHERE or name in base.model_fields:
             continue
-        fields[name] = (_annotation(spec), Field(None, description=spec["help"] or None))
+        fields[name] = (_annotation(spec, range_for(family, name, spec)), Field(None, description=spec["help"] or None))
     model = create_model(f"{algorithm.upper()}Training", __base__=base, **fields)
     model._family = family
     model.__doc__ = f"training section for algorithm={algorithm} (TRL {CONFIG_NAMES[family]})"
@@ -301,64 +378,61 @@ class RLTrainingBase(TrainingBase):
     def trl_kwargs(self) -> dict[str, Any]:
         return {**super().trl_kwargs(), "reward_weights": [r.weight for r in self.rewards]}
 
-    @model_validator(mode="after")
-    def _batch_shapes(self):
+    def cross_checks(self) -> list[tuple[str, str]]:
         """TRL's own checks, at load time and with the numbers: a generation batch holds whole groups."""
-        from .trl_fields import trl_fields
-
-        def value(key):
-            return getattr(self, key) if key in self.model_fields_set else trl_fields("grpo")[key]["default"]
-
+        out = super().cross_checks()
+        value = self.value
         num_generations = value("num_generations")
         if num_generations is not None and num_generations < 2:
-            raise ValueError(f"training.num_generations={num_generations}: GRPO compares completions within a group, it needs at least 2.")
+            return out  # the range check names it
         world = int(__import__("os").environ.get("WORLD_SIZE", "1"))
         batch = value("per_device_train_batch_size") * world
         if value("generation_batch_size") is not None and value("steps_per_generation") is not None:
-            raise ValueError("training.generation_batch_size and training.steps_per_generation are both set; set one (the other follows).")
+            out.append(("training.generation_batch_size", "training.generation_batch_size and training.steps_per_generation are both set; set one (the other follows)."))
+            return out
         gen_batch = value("generation_batch_size") or batch * (value("steps_per_generation") or value("gradient_accumulation_steps"))
         if gen_batch % batch:
-            raise ValueError(f"training.generation_batch_size={gen_batch} must be a multiple of per_device_train_batch_size x processes = {batch}.")
-        if num_generations and gen_batch % num_generations:
-            raise ValueError(
+            out.append(("training.generation_batch_size", f"training.generation_batch_size={gen_batch} must be a multiple of per_device_train_batch_size x processes = {batch}."))
+        elif num_generations and gen_batch % num_generations:
+            out.append(("training.num_generations",
                 f"the generation batch ({gen_batch} = per_device_train_batch_size {value('per_device_train_batch_size')} x "
                 f"{world} process(es) x steps_per_generation {gen_batch // batch}) must hold whole groups of "
                 f"num_generations={num_generations}; make one a multiple of the other."
-            )
-        return self
+            ))
+        return out
 
 
 class GRPOTrainingBase(RLTrainingBase):
-    @model_validator(mode="after")
-    def _gspo_clipping_needs_sequence_level(self):
+    def cross_checks(self) -> list[tuple[str, str]]:
+        out = super().cross_checks()
         level = self.importance_sampling_level or "token"
         if level == "token" and self.epsilon is not None and self.epsilon < 0.01:
-            raise ValueError(
+            out.append(("training.epsilon",
                 f"training.epsilon={self.epsilon} is GSPO's sequence-level clipping; with importance_sampling_level=token "
                 "it clips almost every token. Set training.algorithm=gspo, or use a token-level epsilon such as 0.2."
-            )
-        return self
+            ))
+        return out
 
 
 class GSPOTrainingBase(RLTrainingBase):
-    @model_validator(mode="after")
-    def _gspo_is_sequence_level_and_off_policy(self):
+    def cross_checks(self) -> list[tuple[str, str]]:
+        out = super().cross_checks()
         if self.importance_sampling_level != "sequence":
-            raise ValueError(
+            out.append(("training.importance_sampling_level", 
                 f"training.importance_sampling_level={self.importance_sampling_level!r}: GSPO is defined by sequence-level "
                 "importance ratios. Remove the key (GSPO's preset sets 'sequence') or use training.algorithm=grpo."
-            )
+            ))
         gas = self.gradient_accumulation_steps or 1
         steps = self.steps_per_generation or gas
         iterations = self.num_iterations or 1
         if steps <= gas and iterations <= 1 and self.generation_batch_size is None:
-            raise ValueError(
+            out.append(("training.steps_per_generation",
                 f"this GSPO run is on-policy (steps_per_generation={steps} <= gradient_accumulation_steps={gas}, "
                 f"num_iterations={iterations}): the sequence-level ratio is exactly 1 and GSPO equals GRPO without "
                 "clipping. Set steps_per_generation to a multiple of gradient_accumulation_steps (the preset uses 4x) "
                 "or num_iterations > 1."
-            )
-        return self
+            ))
+        return out
 
 
 CPTTraining = _training_model("cpt", "sft")
@@ -378,6 +452,18 @@ Training = Annotated[Union[tuple(TRAINING_MODELS.values())], Field(discriminator
 
 # Data keys that only prompt-based algorithms read; elsewhere they would be silent no-ops.
 PROMPT_ONLY_DATA_KEYS = ("max_prompt_length", "prompt_truncation", "use_chat_template", "system_prompt", "few_shot")
+# Which `format` values and which per-dataset keys each algorithm reads ("rl" = grpo and gspo); a
+# key an algorithm never reads is rejected (data/formats.py and data/prompts.py are the readers).
+FORMATS_READ = {"cpt": ("auto", "text"), "dpo": ("auto", "preference"), "rl": ("auto",),
+                "sft": ("auto", "text", "prompt_completion", "messages", "preference")}
+DATASET_COLUMN_KEYS = ("text_column", "prompt_column", "completion_column", "messages_column", "tools_column", "chosen_column",
+                       "rejected_column", "answer_column", "template")
+COLUMNS_READ = {
+    "cpt": ("text_column",),
+    "sft": ("text_column", "prompt_column", "completion_column", "messages_column", "tools_column"),
+    "dpo": ("prompt_column", "chosen_column", "rejected_column"),
+    "rl": ("prompt_column", "answer_column", "template"),
+}
 
 
 class Recipe(Section):
@@ -388,38 +474,57 @@ class Recipe(Section):
     s3: S3Section | None = Field(None, description="Upload checkpoints and the final model to S3 (or an S3-compatible store).")
 
     @model_validator(mode="after")
-    def _local_checkpoints_needed(self):
+    def _cross_section(self):
+        raise_all(self._storage_checks() + self._keys_used_by_this_algorithm() + self._evaluation_is_wired())
+        return self
+
+    def _storage_checks(self) -> list[tuple[str, str]]:
         if self.s3 is not None and self.s3.delete_local_after_upload and self.training.load_best_model_at_end:
-            raise ValueError("s3.delete_local_after_upload deletes the checkpoints that training.load_best_model_at_end reloads; turn one off.")
-        return self
+            return [("s3.delete_local_after_upload", "s3.delete_local_after_upload deletes the checkpoints that "
+                     "training.load_best_model_at_end reloads; turn one off.")]
+        return []
 
-    @model_validator(mode="after")
-    def _keys_used_by_this_algorithm(self):
+    def _keys_used_by_this_algorithm(self) -> list[tuple[str, str]]:
+        """Data keys the algorithm never reads are errors, not silent no-ops."""
         algorithm = self.training.algorithm
-        if algorithm in RL_ALGORITHMS:
-            return self
-        used_by_dpo = ("max_prompt_length", "prompt_truncation") if algorithm == "dpo" else ()
-        unused = [f"data.{k}" for k in PROMPT_ONLY_DATA_KEYS if k in self.data.model_fields_set and k not in used_by_dpo]
-        unused += [f"data.datasets[{i}].{k}" for i, d in enumerate(self.data.datasets) for k in ("template", "answer_column") if k in d.model_fields_set]
-        if unused:
-            raise ValueError(f"{', '.join(unused)} only apply to {'/'.join(RL_ALGORITHMS)}; algorithm {algorithm} would ignore them. Remove them.")
-        return self
+        out = []
+        if algorithm not in RL_ALGORITHMS:
+            used_by_dpo = ("max_prompt_length", "prompt_truncation") if algorithm == "dpo" else ()
+            unused = [f"data.{k}" for k in PROMPT_ONLY_DATA_KEYS if k in self.data.model_fields_set and k not in used_by_dpo]
+            if unused:
+                out.append((unused[0], f"{', '.join(unused)} only apply to {'/'.join(RL_ALGORITHMS)}; algorithm {algorithm} would "
+                            "ignore them. Remove them."))
+        family = "rl" if algorithm in RL_ALGORITHMS else algorithm
+        formats = FORMATS_READ[family]
+        for section in ("datasets", "eval_datasets"):
+            for i, d in enumerate(getattr(self.data, section)):
+                where = f"data.{section}[{i}]"
+                if d.format not in formats:
+                    reads = f"always reads {formats[1]!r}" if len(formats) == 2 else "reads prompts and gold answers"
+                    out.append((f"{where}.format", f"{d.format!r} would be ignored: algorithm {algorithm} {reads}; remove the key"
+                                + (f" or set it to {formats[1]!r}." if len(formats) == 2 else ".")))
+                dead = [k for k in DATASET_COLUMN_KEYS if k in d.model_fields_set and k not in COLUMNS_READ[family]]
+                if dead:
+                    out.append((f"{where}.{dead[0]}", f"{', '.join(dead)}: algorithm {algorithm} never reads "
+                                f"{'it' if len(dead) == 1 else 'them'}; it reads {', '.join(COLUMNS_READ[family])}. Remove "
+                                f"{'it' if len(dead) == 1 else 'them'}."))
+        return out
 
-    @model_validator(mode="after")
-    def _evaluation_is_wired(self):
+    def _evaluation_is_wired(self) -> list[tuple[str, str]]:
         """Evaluation data, eval_strategy, best-model loading and early stopping need each other."""
         t = self.training
         strategy = t.eval_strategy or "no"
         if self.data.has_eval and strategy == "no":
-            raise ValueError("evaluation data is given but training.eval_strategy is 'no', so it would never be used; "
-                             "set training.eval_strategy=steps (and eval_steps) or epoch.")
+            return [("training.eval_strategy", "evaluation data is given but training.eval_strategy is 'no', so it would never be "
+                     "used; set training.eval_strategy=steps (and eval_steps) or epoch.")]
         if strategy != "no" and not self.data.has_eval:
-            raise ValueError(f"training.eval_strategy={strategy!r} needs evaluation data: set data.eval_datasets or data.eval_fraction.")
+            return [("training.eval_strategy", f"training.eval_strategy={strategy!r} needs evaluation data: set data.eval_datasets "
+                     "or data.eval_fraction.")]
         if t.early_stopping_patience is None:
             if t.early_stopping_threshold is not None:
-                raise ValueError("training.early_stopping_threshold needs training.early_stopping_patience.")
-            return self
+                return [("training.early_stopping_threshold", "training.early_stopping_threshold needs training.early_stopping_patience.")]
+            return []
         if strategy == "no" or not t.load_best_model_at_end:
-            raise ValueError("training.early_stopping_patience needs evaluation (eval_strategy, data.eval_datasets or "
-                             "eval_fraction) and training.load_best_model_at_end=true.")
-        return self
+            return [("training.early_stopping_patience", "training.early_stopping_patience needs evaluation (eval_strategy, "
+                     "data.eval_datasets or eval_fraction) and training.load_best_model_at_end=true.")]
+        return []
