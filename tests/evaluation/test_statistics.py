@@ -1,16 +1,17 @@
-"""Exact McNemar test, paired bootstrap and the paired-comparison verdict."""
+"""Exact McNemar test, the interval that agrees with it, and the paired-comparison verdict."""
 
 from __future__ import annotations
 
 import dataclasses
 import doctest
+import time
 from fractions import Fraction
 from math import comb
 
 import pytest
 
 from posttrain.evaluation import statistics
-from posttrain.evaluation.statistics import bootstrap_ci, mcnemar_exact, paired_comparison
+from posttrain.evaluation.statistics import binomial_cdf, clopper_pearson, conditional_ci, mcnemar_exact, paired_comparison
 
 
 # Published exact McNemar results on discordant counts (b, c), checked against these bounds.
@@ -125,37 +126,93 @@ def test_result_is_json_ready():
 def test_paired_inputs_validated(a, b, message):
     with pytest.raises(ValueError, match=message):
         paired_comparison(a, b)
-    with pytest.raises(ValueError, match=message):
-        bootstrap_ci(a, b)
 
 
-def test_bootstrap_reproducible_and_seeded():
-    a, b = outcomes(40, 15, 5, 40)
-    assert bootstrap_ci(a, b) == bootstrap_ci(a, b, seed=0)
-    # The seed matters (visible with few resamples; with 2000 the percentiles often coincide).
-    assert len({bootstrap_ci(a, b, n_resamples=20, seed=seed) for seed in range(5)}) > 1
+# --------------------------------------------------------------------------- large n, reference
 
 
-def test_bootstrap_covers_delta_and_narrows_with_level():
-    a, b = outcomes(400, 100, 50, 450)  # delta = +0.05
-    low, high = bootstrap_ci(a, b)
-    assert low < 0.05 < high
-    assert 0 < low  # 100 vs 50 discordant is a clear improvement
-    low90, high90 = bootstrap_ci(a, b, level=0.90)
-    assert low <= low90 and high90 <= high
+LARGE = [(14800, 15200), (14990, 15010), (14000, 16000), (14700, 15300), (9000, 9300), (200, 260), (5, 32), (1400, 1600)]
 
 
-def test_bootstrap_degenerate_when_no_discordance():
-    a, b = outcomes(7, 0, 0, 3)
-    assert bootstrap_ci(a, b) == (0.0, 0.0)
+def test_matches_scipy_binomtest_to_1e_12_up_to_30000_discordant_pairs():
+    binomtest = pytest.importorskip("scipy.stats").binomtest
+    for b, c in LARGE + [(b, 60 - b) for b in range(61)]:
+        reference = binomtest(b, b + c, 0.5).pvalue
+        assert mcnemar_exact(b, c) == pytest.approx(reference, rel=1e-12, abs=0), (b, c)
 
 
-@pytest.mark.parametrize(
-    "kwargs", [{"n_resamples": 0}, {"level": 1.0}, {"level": 0}], ids=["resamples", "level_1", "level_0"]
-)
-def test_bootstrap_rejects_bad_settings(kwargs):
-    with pytest.raises(ValueError):
-        bootstrap_ci([True], [False], **kwargs)
+def test_30000_discordant_pairs_take_milliseconds_and_equal_the_full_exact_sum():
+    start = time.perf_counter()
+    values = [mcnemar_exact(b, c) for b, c in LARGE]
+    assert time.perf_counter() - start < 2.0  # the full-sum implementation took minutes for one of them
+    b, c = 14800, 15200  # the untruncated exact sum, by the cheap integer recurrence
+    n, term = b + c, comb(b + c, b)
+    tail = term
+    for i in range(b, 0, -1):
+        term = term * i // (n - i + 1)
+        tail += term
+    assert values[0] == float(Fraction(2 * tail, 2**n)) and 0.02 < values[0] < 0.022
+
+
+# --------------------------------------------------------------------------- interval vs verdict
+
+
+def test_binomial_cdf_and_clopper_pearson_match_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    for k, n, p in [(3, 10, 0.3), (50, 200, 0.2), (150, 200, 0.7), (12000, 30000, 0.41), (10, 30000, 0.001), (0, 7, 0.9)]:
+        assert binomial_cdf(k, n, p) == pytest.approx(stats.binom.cdf(k, n, p), rel=1e-11), (k, n, p)
+    for x, n in [(6, 6), (0, 5), (3, 10), (140, 300), (14800, 30000), (1, 1000)]:
+        ref = stats.binomtest(x, n).proportion_ci(0.95, "exact")
+        low, high = clopper_pearson(x, n, 0.05)
+        assert low == pytest.approx(ref.low, abs=1e-12) and high == pytest.approx(ref.high, abs=1e-12), (x, n)
+
+
+@pytest.mark.parametrize("alpha, largest", [(0.01, 40), (0.05, 70), (0.1, 40)])
+def test_interval_excludes_zero_exactly_when_p_is_below_alpha_on_every_table(alpha, largest):
+    """Every table with up to `largest` discordant items (and, at 0.05, large ones): the CI of B - A
+    excludes 0 iff p < alpha, lies on the side of the verdict and holds the observed difference;
+    and Clopper-Pearson itself agrees with the test (before conditional_ci's rounding guard)."""
+    tables = [(b, m - b) for m in range(largest + 1) for b in range(m + 1)]
+    tables += (LARGE + [(c, b) for b, c in LARGE]) if alpha == 0.05 else []
+    for fixed, broken in tables:
+        m = fixed + broken
+        p = mcnemar_exact(fixed, broken)
+        for n in {m, m + 13} - {0}:
+            low, high = conditional_ci(fixed, broken, n, alpha)
+            assert (low > 0 or high < 0) == (p < alpha), (fixed, broken, n, low, high, p)
+            assert low > 0 if p < alpha and fixed > broken else high < 0 if p < alpha else low <= 0 <= high
+            assert low <= (fixed - broken) / n <= high
+        if m:
+            cp_low, cp_high = clopper_pearson(fixed, m, alpha)
+            assert (not cp_low <= 0.5 <= cp_high) == (p < alpha), (fixed, broken)
+    for cells in [(3, 9, 1, 2), (0, 4, 0, 0), (5, 0, 6, 1), (2, 1, 1, 2)]:  # and the record says the same
+        r = paired_comparison(*outcomes(*cells), alpha=alpha)
+        assert (r.ci_low > 0) == (r.verdict == "significant improvement")
+        assert (r.ci_high < 0) == (r.verdict == "significant regression")
+
+
+def test_the_issue_examples_no_longer_contradict():
+    # n = 6, all fixed: the bootstrap said [+100, +100]; p = 2/64
+    six = paired_comparison(*outcomes(0, 6, 0, 0))
+    assert six.p_value == 2 / 64 and six.verdict == "significant improvement"
+    assert 0.08 < six.ci_low < 0.09 and six.ci_high == 1.0
+    # p ~ 0.065 ("no measurable difference") now comes with an interval that holds 0
+    fixed, broken = 19, 8
+    result = paired_comparison(*outcomes(150, fixed, broken, 23))
+    assert 0.05 < result.p_value < 0.07 and result.verdict == "no measurable difference"
+    assert result.ci_low <= 0 <= result.ci_high
+    # no discordant item: no evidence either way, the interval is the point 0
+    same = paired_comparison(*outcomes(7, 0, 0, 3))
+    assert (same.ci_low, same.ci_high, same.p_value) == (0.0, 0.0, 1.0)
+
+
+def test_clopper_pearson_covers_at_least_the_level_for_every_pi():
+    """Exact coverage: sum over outcomes of P(b) * [pi in CI(b)] >= 1 - alpha (Clopper-Pearson's promise)."""
+    m = 25
+    intervals = [clopper_pearson(b, m, 0.05) for b in range(m + 1)]
+    for pi in (0.03, 0.2, 0.5, 0.61, 0.9):
+        pmf = [comb(m, b) * pi**b * (1 - pi) ** (m - b) for b in range(m + 1)]
+        assert sum(p for p, (low, high) in zip(pmf, intervals) if low <= pi <= high) >= 0.95
 
 
 def test_docstring_examples():

@@ -4,7 +4,7 @@
     posttrain compare --arm sft=runs/sft-lora --arm grpo=runs/grpo-lora --task gsm8k --n 500 --plot acc.png
 
 compare: every arm answers the identical items (same shuffle, greedy by default), then each pair
-of arms gets an exact McNemar test and a bootstrap CI of the accuracy difference. Arms expand:
+of arms gets an exact McNemar test and the CI of the accuracy difference that agrees with it. Arms expand:
 
 * PEFT adapters of one base model bring that base in as arm ``base`` (``--no-base`` to skip it),
   so "adapter vs the model it started from" is always in the table;
@@ -75,7 +75,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "compare", help="evaluate several models on identical items and test whether they differ",
         description="Every arm answers the same items. Prints per-arm accuracy and, for every pair of arms, the\n"
-                    "exact McNemar test with a bootstrap CI of the accuracy difference. Writes OUT/report.md,\n"
+                    "exact McNemar test with a CI of the accuracy difference that agrees with it. Writes OUT/report.md,\n"
                     "OUT/report.json and OUT/samples/ARM.jsonl.",
         epilog=EPILOG + "\narms:\n  NAME=SPEC; adapters of one base add arm 'base' (unless --no-base); a run directory with\n"
                         "  checkpoint-N folders adds NAME@step-N per checkpoint plus NAME for its final model.\n\n"

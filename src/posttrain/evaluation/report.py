@@ -7,7 +7,8 @@
   format score, mean completion tokens, how many answers hit the token limit, failed requests.
 * Every pair of arms (A listed before B), for strict and for loose: ``fixed`` (A wrong, B right),
   ``broken`` (A right, B wrong), the exact McNemar p-value on those discordant items, the verdict
-  at ``alpha`` and the paired bootstrap CI (level 1 - alpha) of the accuracy difference B - A
+  at ``alpha`` and the CI (level 1 - alpha) of the accuracy difference B - A that inverts the same
+  exact test, so it excludes 0 exactly when the verdict is significant
   (``posttrain.evaluation.statistics``). Arms are paired item by item on ``id``.
 * Optionally accuracy over training steps, for arms that are checkpoints of one run.
 
@@ -153,7 +154,8 @@ def render_markdown(report: dict) -> str:
              f"[{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}]", c["fixed"], c["broken"], f"{c['p_value']:.3g}",
              c["verdict"]] for c in report["comparisons"]]), ""]
         parts += ["fixed: A wrong, B right; broken: A right, B wrong. Only these discordant items carry evidence; "
-                  "the verdict is significant when p < alpha. Each pair is tested on its own (no correction for "
+                  "the verdict is significant when p < alpha, and then (only then) the CI, which inverts the same exact test "
+                  "on the discordant items, excludes 0. Each pair is tested on its own (no correction for "
                   "multiple comparisons).", ""]
     return "\n".join(parts)
 
