@@ -4,6 +4,8 @@ policy, concurrency limit, and that the key never leaks (including through the r
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
 import subprocess
@@ -118,17 +120,55 @@ class FakeProvider:
         elif p == "anthropic":
             ok = body.get("model") == MODEL and isinstance(body.get("max_tokens"), int) and all(m["role"] in ("user", "assistant") for m in body["messages"])
         else:
-            ok = "model" not in body and all(c["role"] in ("user", "model") and c["parts"][0]["text"] for c in body["contents"]) and "maxOutputTokens" in body["generationConfig"]
+            ok = "model" not in body and all(c["role"] in ("user", "model") and c["parts"] for c in body["contents"]) and "maxOutputTokens" in body["generationConfig"]
+        try:
+            for turn in body.get("contents") or body["messages"]:
+                self.read_content(turn)
+        except (KeyError, TypeError, ValueError, AssertionError) as e:
+            ok, body = False, f"{body} ({type(e).__name__}: {e})"
         return None if ok else (400, {"error": {"message": f"bad request body {body}"}})
+
+    def read_content(self, turn: dict) -> tuple[str, list]:
+        """(text, images) of one turn, accepting only this provider's documented part shapes:
+        OpenAI text / image_url with a base64 data URI, Anthropic text / image with a base64 source,
+        Gemini text / inline_data. Images are decoded, so a test sees the pixels that arrived."""
+        from PIL import Image
+
+        def image(mime: str, data: str):
+            assert mime in ("image/png", "image/jpeg"), mime
+            return Image.open(io.BytesIO(base64.b64decode(data, validate=True))).convert("RGB")
+
+        p = self.provider
+        if p != "gemini" and isinstance(turn["content"], str):
+            return turn["content"], []
+        texts, images = [], []
+        for part in turn["parts"] if p == "gemini" else turn["content"]:
+            if p == "gemini" and set(part) == {"text"}:
+                texts.append(part["text"])
+            elif p == "gemini":
+                assert set(part) == {"inline_data"}, part
+                images.append(image(part["inline_data"]["mime_type"], part["inline_data"]["data"]))
+            elif part["type"] == "text":
+                texts.append(part["text"])
+            elif p == "openai":
+                assert part["type"] == "image_url", part
+                header, data = part["image_url"]["url"].split(",", 1)
+                assert header.startswith("data:") and header.endswith(";base64"), header
+                images.append(image(header[5:-7], data))
+            else:
+                assert part["type"] == "image" and part["source"]["type"] == "base64", part
+                images.append(image(part["source"]["media_type"], part["source"]["data"]))
+        return "".join(texts), images
 
     def answer(self, body: dict) -> dict:
         """Echo the last user text, with usage: prompt tokens = words sent, completion tokens = 7."""
         p = self.provider
         turns = body["contents"] if p == "gemini" else body["messages"]
-        last = turns[-1]["parts"][0]["text"] if p == "gemini" else turns[-1]["content"]
+        last, images = self.read_content(turns[-1])
         system = {"openai": None, "anthropic": body.get("system"), "gemini": (body.get("systemInstruction") or {"parts": [{}]})["parts"][0].get("text")}[p]
-        text = f"echo: {last}" + (f" [system: {system}]" if system else "")
-        words = sum(len((t["parts"][0]["text"] if p == "gemini" else t["content"]).split()) for t in turns)
+        text = f"echo: {last}" + "".join(f" [image {im.width}x{im.height} {im.getpixel((0, 0))}]" for im in images)
+        text += f" [system: {system}]" if system else ""
+        words = sum(len(self.read_content(t)[0].split()) for t in turns)
         limit = body.get("max_tokens") or body.get("max_completion_tokens") or body.get("generationConfig", {}).get("maxOutputTokens")
         truncated = limit == 1
         if p == "openai":
@@ -178,6 +218,50 @@ def test_round_trip_in_order_with_usage(serve, provider):
     assert all(KEY not in r["path"] for r in server.requests)
     truncated = make(server).generate(["x"], SamplingParams(max_new_tokens=1))[0]
     assert truncated.finish_reason == "length"
+
+
+@pytest.mark.parametrize("provider", ENGINES)
+def test_image_parts_reach_each_api_in_its_own_format(serve, provider, tmp_path, monkeypatch):
+    from PIL import Image
+
+    server = serve(provider)
+    red, blue = Image.new("RGB", (8, 6), (200, 30, 40)), Image.new("RGB", (3, 5), (0, 0, 255))
+    (tmp_path / "blue.png").write_bytes(b"")
+    blue.save(tmp_path / "blue.png")
+    chat = [{"role": "system", "content": "look closely"},
+            {"role": "user", "content": [{"type": "image", "image": red}, {"type": "text", "text": "what colour?"}]},
+            {"role": "assistant", "content": "red"},
+            {"role": "user", "content": [{"type": "text", "text": "and these?"}, {"type": "image", "image": blue},
+                                         {"type": "image", "image": str(tmp_path / "blue.png")}]}]
+    first, second = make(server).generate([chat[:2], chat], PARAMS)
+    system = "" if provider == "openai" else " [system: look closely]"
+    assert first.text == f"echo: what colour? [image 8x6 (200, 30, 40)]{system}"
+    assert second.text == f"echo: and these? [image 3x5 (0, 0, 255)] [image 3x5 (0, 0, 255)]{system}"
+    assert second.prompt_tokens == (7 if provider == "openai" else 5)  # text words only (OpenAI keeps the system turn)
+    import posttrain.generation.api as api
+
+    monkeypatch.setattr(api, "IMAGE_BYTES_LIMIT", 5000)  # a PNG over the limit goes as JPEG
+    big = Image.effect_noise((64, 64), 100).convert("RGB")  # noise does not compress: PNG > 5000 bytes
+    out = make(server).generate([[{"role": "user", "content": [{"type": "image", "image": big}]}]], PARAMS)[0]
+    assert out.text.startswith("echo:  [image 64x64") and out.error is None
+    sent = json.dumps(server.requests[-1]["body"])
+    assert "image/jpeg" in sent and "image/png" not in sent
+
+
+def test_a_bad_image_part_is_a_user_error(serve):
+    server = serve("openai")
+    with pytest.raises(UserError, match="an image part cannot be read: missing_file"):
+        make(server).generate([[{"role": "user", "content": [{"type": "image", "image": "/nonexistent.png"}]}]], PARAMS)
+    with pytest.raises(UserError, match="unsupported message part"):
+        make(server).generate([[{"role": "user", "content": [{"type": "image", "image": Image_stub()},
+                                                             {"type": "audio", "audio": b""}]}]], PARAMS)
+    assert server.requests == []
+
+
+def Image_stub():
+    from PIL import Image
+
+    return Image.new("RGB", (2, 2))
 
 
 def test_openai_sends_sampling_params_and_picks_the_token_field_by_url(serve):

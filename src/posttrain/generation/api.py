@@ -22,7 +22,11 @@ flight. What every provider shares lives in `HTTPEngine`:
   provider answers that echo it back.
 
 Plain-string prompts become one user message; chats are sent as they are (system messages go to
-the provider's system field where it has one). Token counts come from the provider's usage fields;
+the provider's system field where it has one). Image parts in posttrain's shared chat format,
+``{"type": "image", "image": PIL.Image}`` beside ``{"type": "text", "text": ...}`` parts, are sent
+base64-encoded in each API's own format: OpenAI ``image_url`` parts with a data URI, Anthropic
+``image`` blocks with a base64 ``source``, Gemini ``inline_data`` parts (see `encoded_image` for
+PNG vs JPEG). Token counts come from the provider's usage fields;
 Completion.extra["attempts"] says how many tries a request took. top_p is sent only when it is not
 1, so a provider's own default applies otherwise (several reject it for some models).
 """
@@ -223,6 +227,67 @@ def text_of(content) -> str:
     return "".join(part.get("text", "") for part in content or [] if isinstance(part, dict) and part.get("type", "text") == "text")
 
 
+IMAGE_BYTES_LIMIT = 3_500_000  # PNG above this is sent as JPEG: base64 of 3.5 MB stays under Anthropic's 5 MB per image
+
+
+def is_image_part(part) -> bool:
+    """True for the shared image-part format ``{"type": "image", "image": ...}``."""
+    return isinstance(part, dict) and part.get("type") == "image" and "image" in part
+
+
+def encoded_image(image) -> tuple[str, str]:
+    """(MIME type, base64 text) of an image part's image: a PIL image, or anything
+    `posttrain.data.media.load_images` reads (path, bytes, URL, ...).
+
+    PNG (lossless: the model sees exactly the pixels it was given) unless that exceeds
+    IMAGE_BYTES_LIMIT; then JPEG at quality 90, which every provider accepts and keeps photos
+    under the per-image size limits."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    if not isinstance(image, Image.Image):
+        from posttrain.data.media import MediaError, load_images
+
+        try:
+            (image,) = load_images(image)
+        except (MediaError, ValueError) as e:
+            raise UserError(f"an image part cannot be read: {e}") from None
+    if image.mode not in ("RGB", "RGBA", "L", "LA"):
+        image = image.convert("RGBA" if "transparency" in image.info or image.mode in ("PA",) else "RGB")
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    mime = "image/png"
+    if buffer.tell() > IMAGE_BYTES_LIMIT:
+        buffer = io.BytesIO()
+        image.convert("RGB").save(buffer, format="JPEG", quality=90)
+        mime = "image/jpeg"
+    return mime, base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def content_parts(content, text_part, image_part) -> list:
+    """A message content (a string or a list of parts) as a list of provider parts: text parts
+    through ``text_part(text)``, image parts through ``image_part(mime, base64)``."""
+    if isinstance(content, str):
+        return [text_part(content)]
+    out = []
+    for part in content or []:
+        if is_image_part(part):
+            out.append(image_part(*encoded_image(part["image"])))
+        elif isinstance(part, dict) and part.get("type", "text") == "text":
+            out.append(text_part(part.get("text", "")))
+        else:
+            raise UserError(f"unsupported message part {str(part)[:200]}: expected {{'type': 'text', 'text': ...}} "
+                            f"or {{'type': 'image', 'image': PIL.Image}}")
+    return out
+
+
+def has_images(messages: list[dict]) -> bool:
+    return any(not isinstance(m.get("content"), str) and any(is_image_part(p) for p in m.get("content") or [])
+               for m in messages)
+
+
 def split_system(messages: list[dict]) -> tuple[str | None, list[dict]]:
     """(the system text or None, the other messages), for APIs with a separate system field."""
     system = [text_of(m["content"]) for m in messages if m.get("role") == "system"]
@@ -258,6 +323,9 @@ class OpenAIEngine(HTTPEngine):
 
     def request(self, messages, params):
         headers = {"authorization": f"Bearer {self.key.reveal()}"} if self.key.reveal() else {}
+        if has_images(messages):  # image parts become data-URI image_url parts; text parts stay as they are
+            messages = [{**m, "content": content_parts(m["content"], lambda t: {"type": "text", "text": t}, lambda mime, data: {
+                "type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}})} for m in messages]
         body = {"model": self.model, "messages": messages, self.max_tokens_field: params.max_new_tokens,
                 "temperature": params.temperature, "seed": params.seed, "n": 1}
         if params.top_p != 1.0:
@@ -289,6 +357,9 @@ class AnthropicEngine(HTTPEngine):
 
     def request(self, messages, params):
         system, turns = split_system(messages)
+        if has_images(turns):  # image parts become base64 image blocks
+            turns = [{**m, "content": content_parts(m["content"], lambda t: {"type": "text", "text": t}, lambda mime, data: {
+                "type": "image", "source": {"type": "base64", "media_type": mime, "data": data}})} for m in turns]
         body = {"model": self.model, "messages": turns, "max_tokens": params.max_new_tokens, "temperature": params.temperature}
         if system is not None:
             body["system"] = system
@@ -322,7 +393,10 @@ class GeminiEngine(HTTPEngine):
     def request(self, messages, params):
         system, turns = split_system(messages)
         body = {
-            "contents": [{"role": "model" if m["role"] == "assistant" else "user", "parts": [{"text": text_of(m["content"])}]} for m in turns],
+            "contents": [{"role": "model" if m["role"] == "assistant" else "user",
+                          "parts": content_parts(m["content"], lambda t: {"text": t},
+                                                 lambda mime, data: {"inline_data": {"mime_type": mime, "data": data}})}
+                         for m in turns],
             "generationConfig": {"maxOutputTokens": params.max_new_tokens, "temperature": params.temperature, "seed": params.seed},
         }
         if params.top_p != 1.0:
