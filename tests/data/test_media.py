@@ -13,7 +13,8 @@ import time
 import pytest
 from PIL import Image
 
-from posttrain.data.media import MediaError, MediaSettings, cache_path, load_images, load_video_frames, shrunk_size
+from posttrain.data.media import (MediaError, MediaSettings, cache_path, collect_media, load_images, load_video_frames,
+                                  shrunk_size)
 from posttrain.errors import UserError
 
 
@@ -234,3 +235,23 @@ def test_videos_without_pyav_name_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "av", None)  # what `import av` does when it is not installed
     with pytest.raises(UserError, match=r"pip install 'posttrain\[video\]'"):
         load_video_frames(b"...", max_frames=1)
+
+
+def test_collect_media_drops_bad_rows_by_reason_and_names_them(tmp_path, http_server, settings, caplog):
+    (tmp_path / "a.png").write_bytes(png())
+    server = http_server({"/b.png": png((1, 1, 1))})
+    rows = [{"image": "a.png", "extra": ["a.png", server.url + "/b.png"]},
+            {"image": "missing.png", "extra": []},
+            {"image": server.url + "/gone.png", "extra": None},
+            {"image": ["a.png", "a.png"], "extra": "notes"}]
+    kept, media, drops = collect_media(rows, source="data/train.jsonl", image_columns=["image", "extra"],
+                                       base_dir=tmp_path, settings=settings)
+    assert kept == [0] and len(media[0]["images"]) == 3 and media[0]["videos"] == []
+    assert drops.by_reason == {"missing_file": 2, "http_404": 1} and drops.total == 4
+    assert drops.summary() == "dropped 3 of 4 rows of data/train.jsonl whose media failed: 2 missing_file, 1 http_404"
+    assert "data/train.jsonl row 1 dropped: image: missing_file" in caplog.text
+    assert "row 3 dropped: extra: missing_file" in caplog.text
+    with pytest.raises(UserError, match=r"data/train.jsonl: no column 'imgae'.*Did you mean 'image'"):
+        collect_media(rows, source="data/train.jsonl", image_columns=["imgae"], base_dir=tmp_path)
+    with pytest.raises(UserError, match=r"data/train.jsonl: no row left with usable media \(dropped 2 of 2 rows"):
+        collect_media(rows[1:3], source="data/train.jsonl", image_columns=["image"], base_dir=tmp_path, settings=settings)

@@ -2,7 +2,7 @@
 
 The API the data step, evaluation and generation use:
 
-    from posttrain.data.media import MediaError, MediaSettings, load_images, load_video_frames
+    from posttrain.data.media import MediaError, MediaSettings, collect_media, load_images, load_video_frames
 
     settings = MediaSettings(max_image_pixels=512 * 512, timeout_s=30, retries=3)
     images = load_images(row["image"], base_dir=data_file.parent, settings=settings)  # list[PIL.Image]
@@ -11,6 +11,11 @@ The API the data step, evaluation and generation use:
     try: ...
     except MediaError as e:        # one bad row: drop it, count e.reason, log e.detail with the row index
         drops[e.reason] += 1
+
+    # or all rows at once: bad rows dropped, logged with their index, counted by reason
+    kept, media, drops = collect_media(dataset, source="data/train.jsonl", image_columns=["image"],
+                                       base_dir=data_file.parent, settings=settings)
+    print(drops.summary())         # "dropped 2 of 50 rows of data/train.jsonl whose media failed: 2 http_404"
 
 A cell is one item or a list of items (nested lists are flattened, in order; None or [] gives no
 images). An item may be:
@@ -66,7 +71,7 @@ import math
 import os
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +144,76 @@ def load_video_frames(cell: Any, *, base_dir: str | Path | None = None, settings
     for item in _items(cell):
         frames += _video_frames(item, base_dir, settings, fps, max_frames)
     return frames
+
+
+@dataclass
+class MediaDrops:
+    """Rows dropped because their media failed, counted by reason, for the log and the summary."""
+
+    source: str
+    total: int = 0
+    by_reason: dict = field(default_factory=dict)
+    rows: list = field(default_factory=list)  # (row index, "column: reason: detail"), all of them
+
+    def add(self, index: int, column: str, error: MediaError) -> None:
+        self.by_reason[error.reason] = self.by_reason.get(error.reason, 0) + 1
+        self.rows.append((index, f"{column}: {error}"))
+
+    def summary(self) -> str:
+        """e.g. "dropped 3 of 50 rows of data/train.jsonl: 2 http_404, 1 corrupt"."""
+        if not self.rows:
+            return f"all {self.total} rows of {self.source} have their media"
+        reasons = ", ".join(f"{n} {r}" for r, n in sorted(self.by_reason.items(), key=lambda kv: (-kv[1], kv[0])))
+        return f"dropped {len(self.rows)} of {self.total} rows of {self.source} whose media failed: {reasons}"
+
+
+def collect_media(rows, *, source: str, image_columns=(), video_columns=(), base_dir: str | Path | None = None,
+                  settings: MediaSettings = DEFAULT_SETTINGS, fps: float | None = None, max_frames: int | None = None,
+                  logger=None) -> tuple[list[int], list[dict], MediaDrops]:
+    """Load every row's media: (indices of the rows kept, their media, the drops).
+
+    ``rows``: dicts (a `datasets.Dataset` iterates as such). Each kept row's media is
+    ``{"images": [PIL, ...] (all image columns, in column order), "videos": [[frames of one video], ...]}``.
+    A row whose media fail is dropped and logged (WARNING, with its index and reason) on ``logger``
+    (default: posttrain.data). Raises UserError when a column is missing (naming the columns there
+    are) and when no row is left (naming ``source``, with the reasons).
+    """
+    import difflib
+    import logging
+
+    log = logger or logging.getLogger("posttrain.data")
+    drops = MediaDrops(source)
+    kept, media = [], []
+    for index, row in enumerate(rows):
+        if index == 0:
+            for column in [*image_columns, *video_columns]:
+                if column not in row:
+                    close = difflib.get_close_matches(column, list(row), n=1)
+                    hint = f" Did you mean {close[0]!r}?" if close else ""
+                    raise UserError(f"{source}: no column {column!r} for media.{hint} Its columns: {', '.join(row)}")
+        drops.total += 1
+        try:
+            images, videos = [], []
+            column = ""
+            for column in image_columns:
+                images += load_images(row[column], base_dir=base_dir, settings=settings)
+            for column in video_columns:
+                for item in _items(row[column]):
+                    videos.append(load_video_frames(item, base_dir=base_dir, settings=settings, fps=fps,
+                                                    max_frames=max_frames))
+        except MediaError as e:
+            drops.add(index, column, e)
+            log.warning("%s row %d dropped: %s: %s", source, index, column, e)
+            continue
+        kept.append(index)
+        media.append({"images": images, "videos": videos})
+    if drops.rows:
+        log.warning("%s", drops.summary())
+    if not kept:
+        why = f" ({drops.summary()}; first: row {drops.rows[0][0]}, {drops.rows[0][1]})" if drops.rows else ""
+        raise UserError(f"{source}: no row left with usable media{why}; check the paths/URLs and base folder "
+                        f"{base_dir}")
+    return kept, media, drops
 
 
 def cache_path(url: str, settings: MediaSettings = DEFAULT_SETTINGS) -> Path:
