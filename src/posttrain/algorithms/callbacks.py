@@ -23,6 +23,23 @@ class MetricsFile(TrainerCallback):
             f.write(json.dumps(record) + "\n")
 
 
+class RecipeInCheckpoints(TrainerCallback):
+    """Write the run's resolved recipe into every checkpoint, so a resume can compare against it.
+
+    Listed before the S3 uploader so the upload's snapshot of the checkpoint includes it.
+    """
+
+    def __init__(self, output_dir: Path, text: str):
+        self.output_dir, self.text = output_dir, text
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = self.output_dir / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and folder.is_dir():
+            from .recipe_history import RECIPE_IN_CHECKPOINT
+
+            (folder / RECIPE_IN_CHECKPOINT).write_text(self.text)
+
+
 def _clean(value):
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)

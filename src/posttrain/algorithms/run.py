@@ -18,10 +18,13 @@ from pathlib import Path
 
 from posttrain.models.loading import DeviceInfo, LoadedModel, load_model, lora_config
 from posttrain.recipe.load import LoadedRecipe, format_differences, resolved_dict, to_yaml
+from yaml import safe_load as yaml_load
 from posttrain.storage.run_storage import run_storage, use_s3_settings_for_sources
 
 from . import dpo, grpo, sft
-from .callbacks import MetricsFile
+from .callbacks import MetricsFile, RecipeInCheckpoints
+from .output_lock import LOCK_NAME, OutputDirLock
+from .recipe_history import checkpoint_recipe, recipe_changes, render, write_history
 from .resume import checkpoint_problem, checkpoint_step, newest_complete_checkpoint
 from .trl_config import build_trl_config, runtime_defaults
 
@@ -41,6 +44,7 @@ class Run:
     data_reports: list = field(default_factory=list)
     resume_from: Path | None = None  # the checkpoint training continues from
     storage: object = None  # NoStorage or S3RunStorage
+    lock: OutputDirLock | None = None  # held by the main process for the whole run
 
     def trainer_kwargs(self) -> dict:
         """What every TRL trainer takes; algorithm modules add their own (reward functions, ...)."""
@@ -118,26 +122,61 @@ def make_trl_config(recipe, device, data_format):
 def run_training(loaded_recipe: LoadedRecipe) -> Path:
     """Train as the recipe says; returns output_dir."""
     run, trainer = build_run(loaded_recipe)
-    started = time.time()
-    result = trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
-    trainer.save_model(str(run.output_dir))
-    if is_main_process():
-        _write_summary(run, result, time.time() - started)
-        _report_checkpoint(run.output_dir, loaded_recipe.recipe)
-        uploaded = run.storage.finish(run.output_dir)
-        if uploaded:
-            log(uploaded)
-        log(f"done: final model in {run.output_dir}")
+    try:
+        started = time.time()
+        result = trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
+        trainer.save_model(str(run.output_dir))
+        if is_main_process():
+            _write_summary(run, result, time.time() - started)
+            _report_checkpoint(run.output_dir, loaded_recipe.recipe)
+            uploaded = run.storage.finish(run.output_dir)
+            if uploaded:
+                log(uploaded)
+            log(f"done: final model in {run.output_dir}")
+    finally:
+        if run.lock is not None:
+            run.lock.release()
     return run.output_dir
 
 
 def build_run(loaded_recipe: LoadedRecipe):
-    """Everything up to the first training step: data, model, TRL config, output_dir, trainer."""
+    """Everything up to the first training step: output_dir's lock, data, model, TRL config, trainer.
+
+    The lock comes first, so a second run in the same output_dir stops in seconds; if anything
+    fails before training, the lock is released and an output_dir this run created is removed.
+    """
+    output_dir = Path(loaded_recipe.recipe.training.output_dir)
+    lock = None
+    if is_main_process():
+        existed = output_dir.exists()
+        lock = OutputDirLock(output_dir).acquire()  # UserError (exit 2) naming the holder
+        note = lock.stale_note()
+        if note:
+            log(note)
+    try:
+        return _build_run(loaded_recipe, lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+            if not existed:
+                _remove_empty(output_dir)
+        raise
+
+
+def _build_run(loaded_recipe: LoadedRecipe, lock):
     recipe = loaded_recipe.recipe
     training = recipe.training
     seed = training.seed if training.seed is not None else 42
     log(f"posttrain: {training.algorithm} run, recipe {loaded_recipe.source}")
     log(format_differences(loaded_recipe))
+
+    # Where to resume from, and whether this recipe may continue it, before anything heavy loads.
+    output_dir = Path(training.output_dir)
+    storage = run_storage(recipe.s3)
+    resume_from = resume_point(training.resume_from_checkpoint, output_dir, storage)
+    recipe_text = to_yaml(resolved_dict(recipe))
+    if resume_from is not None:
+        check_resume_recipe(resume_from, output_dir, yaml_load(recipe_text), training.resume_from_checkpoint)
 
     use_s3_settings_for_sources(recipe.s3)
     train_dataset, eval_dataset, data_format, reports = prepare_data(recipe, seed)
@@ -168,23 +207,21 @@ def build_run(loaded_recipe: LoadedRecipe):
 
         log(long_pairs_note(train_dataset, loaded.tokenizer, trl_config.max_length, trl_config.truncation_mode))
 
-    output_dir = Path(trl_config.output_dir)
-    storage = run_storage(recipe.s3)
-    resume_from = resume_point(training.resume_from_checkpoint, output_dir, storage)
     output_dir.mkdir(parents=True, exist_ok=True)
     if is_main_process():
         header = "".join(f"# {k}: {v}\n" for k, v in provenance().items())
-        (output_dir / "resolved_recipe.yaml").write_text(header + to_yaml(resolved_dict(recipe)))
+        (output_dir / "resolved_recipe.yaml").write_text(header + recipe_text)
+        write_history(output_dir, header + recipe_text, checkpoint_step(resume_from) if resume_from else 0)
         (output_dir / "trl_config.json").write_text(trl_config.to_json_string())
         keep_metrics(output_dir / "metrics.jsonl", checkpoint_step(resume_from) if resume_from else 0)
 
-    callbacks = [MetricsFile(output_dir / "metrics.jsonl"), *storage.callbacks()]
+    callbacks = [MetricsFile(output_dir / "metrics.jsonl"), RecipeInCheckpoints(output_dir, recipe_text), *storage.callbacks()]
     if training.early_stopping_patience is not None:
         from transformers import EarlyStoppingCallback
 
         callbacks.append(EarlyStoppingCallback(training.early_stopping_patience, training.early_stopping_threshold or 0.0))
     run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, lora_config(recipe.model), output_dir, callbacks, reports,
-              resume_from, storage)
+              resume_from, storage, lock)
     return run, TRAINERS[training.algorithm](run)
 
 
@@ -195,7 +232,7 @@ def resume_point(value, output_dir: Path, storage) -> Path | None:
 
     if value in (None, False, "false"):
         return None
-    if value == "auto":
+    if value in ("auto", "force"):
         found, notes = newest_complete_checkpoint(output_dir)
         for note in notes:
             log(note)
@@ -204,7 +241,7 @@ def resume_point(value, output_dir: Path, storage) -> Path | None:
             log(f"downloaded {remote.name} from S3: newer than any complete local checkpoint")
             found = remote
         if found is not None:
-            log(f"resuming from {found} (training.resume_from_checkpoint=auto; set it to false to start over)")
+            log(f"resuming from {found} (training.resume_from_checkpoint={value}; set it to false to start over)")
         return found
     path = Path(value)
     problem = checkpoint_problem(path) if path.is_dir() else "not a directory"
@@ -213,14 +250,59 @@ def resume_point(value, output_dir: Path, storage) -> Path | None:
     return path
 
 
+def check_resume_recipe(checkpoint: Path, output_dir: Path, new: dict, mode) -> None:
+    """Refuse to continue a checkpoint under a different recipe (unless forced); print schedule changes."""
+    from posttrain.errors import UserError
+
+    old, where = checkpoint_recipe(checkpoint, output_dir)
+    if old is None:
+        log(f"note: {checkpoint} carries no recipe to compare with; resuming as asked")
+        return
+    allowed, refused = recipe_changes(old, new)
+    if allowed:
+        log(f"changed since {checkpoint.name} (allowed on resume):\n{render(allowed)}")
+    if refused and mode != "force":
+        raise UserError(
+            f"training.resume_from_checkpoint: {checkpoint} was trained with another recipe ({where}); these keys differ:\n"
+            f"{render(refused)}\nOnly the schedule (max_steps, num_train_epochs, save/logging/eval cadence), tracking and s3 may "
+            "change on resume. Restore those keys, start over with training.resume_from_checkpoint=false (or another "
+            "training.output_dir), or continue anyway with training.resume_from_checkpoint=force.")
+    if refused:
+        log(f"warning: resuming {checkpoint.name} with a changed recipe (training.resume_from_checkpoint=force):\n{render(refused)}")
+
+
+def _remove_empty(folder: Path) -> None:
+    """Undo creating output_dir when the run stops before training: only the lock file is in it."""
+    try:
+        if all(p.name == LOCK_NAME for p in folder.iterdir()):
+            (folder / LOCK_NAME).unlink(missing_ok=True)
+            folder.rmdir()
+    except OSError:
+        pass
+
+
 def keep_metrics(path: Path, upto_step: int) -> None:
-    """Start metrics.jsonl afresh, or when resuming keep the records up to the checkpoint's step."""
+    """Start metrics.jsonl afresh, or when resuming keep the records up to the checkpoint's step.
+
+    A run killed mid-write (SIGKILL) can leave a torn last line: unreadable lines are dropped, and
+    the records after the checkpoint's step are rewritten by the resumed run anyway.
+    """
     if not path.is_file():
         return
     if upto_step == 0:
         path.unlink()
         return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= upto_step]
+    kept, torn = [], 0
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line) if line.strip() else None
+        except ValueError:
+            torn += 1
+            continue
+        if isinstance(record, dict) and record.get("step", 0) <= upto_step:
+            kept.append(line)
+    if torn:
+        log(f"metrics.jsonl: dropped {torn} unreadable line(s) (a write cut off when the run was killed)")
     path.write_text("".join(line + "\n" for line in kept))
 
 

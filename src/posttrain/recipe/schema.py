@@ -285,7 +285,9 @@ class TrainingBase(Section):
     resume_from_checkpoint: Literal["auto", False] | str | None = Field(
         None,
         description="'auto' (posttrain's default): continue from the newest complete checkpoint in output_dir, if there is one, so a "
-        "crashed run restarted with the same command picks up where it stopped; false: start fresh; or a checkpoint path.",
+        "crashed run restarted with the same command picks up where it stopped; the recipe must be the checkpoint's own except "
+        "for the schedule (max_steps, epochs, save/logging/eval cadence), tracking and s3, or it is an error listing the keys. "
+        "'force': like auto, but resume even with other keys changed (they are printed). false: start fresh; or a checkpoint path.",
     )
 
     def value(self, key: str):

@@ -110,7 +110,7 @@ def upload_final(uploader: BackgroundUploader, output_dir: str | Path, dest: S3L
     prefixes. Raises `UploadError` if any upload of the run failed (with the local paths kept).
     """
     dest = S3Location.parse(dest) if isinstance(dest, str) else dest
-    uploader.submit(output_dir, dest.child(FINAL_DIR), exclude=("checkpoint-*", STAGING_DIR))
+    uploader.submit(output_dir, dest.child(FINAL_DIR), exclude=("checkpoint-*", STAGING_DIR, ".posttrain.lock"))
     return UploadSummary(tuple(uploader.wait()))
 
 

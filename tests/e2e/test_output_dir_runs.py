@@ -1,0 +1,91 @@
+"""One run owns its output_dir, and a resumed run continues the recipe its checkpoint was trained with.
+
+Real CLI processes on a tiny model: a second run started while the first holds the folder exits 2
+naming the holder; a killed holder leaves a stale lock that the next run takes over; resuming with a
+longer schedule works and is printed, any other change is refused unless forced; every start is kept
+in recipe_history/; a torn last line in metrics.jsonl does not break the resume.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def train(out: Path, data: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "posttrain", "train", "recipes/sft/tiny-cpu.yaml", f"training.output_dir={out}",
+            f"data.datasets[0].name={data}", "training.logging_steps=1", *extra]
+
+
+def run(cmd, repo) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300, env=os.environ.copy())
+
+
+def test_one_run_per_output_dir_and_resume_continues_the_same_recipe(repo, tmp_path, data_dir):
+    out = tmp_path / "run"
+    data = data_dir / "sft.jsonl"
+    first = subprocess.Popen(train(out, data, "training.max_steps=100000", "training.save_steps=100000"), cwd=repo,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+    lock = out / ".posttrain.lock"
+    deadline = time.time() + 120
+    try:
+        while not (lock.is_file() and f'"pid": {first.pid}' in lock.read_text()):
+            assert first.poll() is None and time.time() < deadline, "the first run never took the lock"
+            time.sleep(0.1)
+        while not (out / "metrics.jsonl").is_file():  # it is training
+            assert first.poll() is None and time.time() < deadline
+            time.sleep(0.1)
+        before = {p.name for p in out.iterdir() if not p.name.startswith("checkpoint-")}
+
+        second = run(train(out, data, "training.max_steps=2"), repo)
+        assert second.returncode == 2, second.stderr[-2000:]
+        assert f"pid {first.pid} on host {socket.gethostname()}" in second.stderr and "is in use by another run" in second.stderr
+        assert "Traceback" not in second.stderr
+        assert first.poll() is None  # the holder was not disturbed
+        assert {p.name for p in out.iterdir() if not p.name.startswith("checkpoint-")} == before
+        assert len(list((out / "recipe_history").iterdir())) == 1  # the second run wrote nothing
+    finally:
+        first.send_signal(signal.SIGKILL)  # dies holding the lock: a stale lock file remains
+        first.wait()
+
+    base = ("training.save_steps=2", "training.per_device_train_batch_size=4")
+    third = run(train(out, data, "training.max_steps=2", "training.resume_from_checkpoint=false", *base), repo)
+    assert third.returncode == 0, third.stderr[-2000:]
+    assert f"previous run in this folder (pid {first.pid}" in third.stdout and "taking over" in third.stdout
+    assert lock.read_text() == ""  # released on a clean exit
+    assert (out / "checkpoint-2" / "posttrain_recipe.yaml").is_file()
+    (out / "recipe_history" / sorted(os.listdir(out / "recipe_history"))[0]).unlink()  # the killed run's start
+    # A SIGKILL mid-write leaves a torn last line; resume must read past it.
+    with (out / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 3, "loss": 2.7')
+
+    longer = run(train(out, data, "training.max_steps=4", "training.resume_from_checkpoint=auto", *base), repo)
+    assert longer.returncode == 0, longer.stderr[-2000:]
+    assert "resuming from" in longer.stdout and "training.max_steps: 2 -> 4" in longer.stdout
+    assert "training.resume_from_checkpoint: False -> 'auto'" in longer.stdout  # printed, allowed
+    assert "dropped 1 unreadable line" in longer.stdout
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in records) == 4
+
+    recipe_before = (out / "resolved_recipe.yaml").read_text()
+    changed = run(train(out, data, "training.max_steps=6", "training.learning_rate=0.01", "data.datasets[0].max_samples=32", *base), repo)
+    assert changed.returncode == 2, changed.stderr[-2000:]
+    assert "training.learning_rate: 0.003 -> 0.01" in changed.stderr and "data.datasets[0].max_samples" in changed.stderr
+    assert "resume_from_checkpoint=force" in changed.stderr and "Traceback" not in changed.stderr
+    assert (out / "resolved_recipe.yaml").read_text() == recipe_before  # nothing overwritten
+    assert len(list((out / "recipe_history").iterdir())) == 2
+
+    forced = run(train(out, data, "training.max_steps=6", "training.learning_rate=0.01", "training.resume_from_checkpoint=force", *base), repo)
+    assert forced.returncode == 0, forced.stderr[-2000:]
+    assert "warning: resuming checkpoint-4 with a changed recipe" in forced.stdout and "training.learning_rate" in forced.stdout
+    history = sorted((out / "recipe_history").iterdir())
+    assert [p.name.split("-from-step-")[1] for p in history] == ["0.yaml", "2.yaml", "4.yaml"]
+    assert "learning_rate: 0.003" in history[0].read_text() and "learning_rate: 0.01" in history[2].read_text()
