@@ -20,6 +20,7 @@ Importable from any test folder (tests/ is on sys.path; see tests/conftest.py).
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -36,6 +37,13 @@ class ScriptedServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self):
+                # Like real servers (uvicorn, nginx): without TCP_NODELAY, http.server's separate
+                # header and body writes meet the client's delayed ACK and every keep-alive answer
+                # stalls ~40 ms (Nagle's algorithm).
+                super().setup()
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def do_GET(self):
                 fake._handle(self, "GET")
