@@ -48,9 +48,10 @@ def test_every_local_form_gives_the_same_image(tmp_path, settings):
 
     cell = ["imgs/a.png", str(tmp_path / "imgs" / "a.png"), data, bytearray(data), b64,
             f"data:image/png;base64,{b64}", {"bytes": data, "path": "ignored.png"}, {"bytes": None, "path": "imgs/a.png"},
-            Image.open(io.BytesIO(data)), np.asarray(Image.open(io.BytesIO(data))), [["imgs/a.png"]]]
+            Image.open(io.BytesIO(data)), np.asarray(Image.open(io.BytesIO(data))), [["imgs/a.png"]],
+            (tmp_path / "imgs" / "a.png").as_uri()]
     images = load_images(cell, base_dir=tmp_path, settings=settings)
-    assert len(images) == 11
+    assert len(images) == 12
     assert {pixels(im) for im in images} == {((8, 6), (200, 30, 40))} and {im.mode for im in images} == {"RGB"}
     assert load_images(None, base_dir=tmp_path) == [] and load_images([], base_dir=tmp_path) == []
 

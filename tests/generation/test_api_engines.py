@@ -232,7 +232,7 @@ def test_image_parts_reach_each_api_in_its_own_format(serve, provider, tmp_path,
             {"role": "user", "content": [{"type": "image", "image": red}, {"type": "text", "text": "what colour?"}]},
             {"role": "assistant", "content": "red"},
             {"role": "user", "content": [{"type": "text", "text": "and these?"}, {"type": "image", "image": blue},
-                                         {"type": "image", "image": str(tmp_path / "blue.png")}]}]
+                                         {"type": "image", "path": str(tmp_path / "blue.png")}]}]  # transformers' spelling
     first, second = make(server).generate([chat[:2], chat], PARAMS)
     system = "" if provider == "openai" else " [system: look closely]"
     assert first.text == f"echo: what colour? [image 8x6 (200, 30, 40)]{system}"

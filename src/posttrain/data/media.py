@@ -29,7 +29,8 @@ images). An item may be:
   - ``http://...`` / ``https://...``: fetched through posttrain's shared HTTP client with retries,
     then kept in the per-machine cache (below);
   - ``s3://bucket/key``: through posttrain's s3:// cache (`posttrain.storage.cache`);
-  - a local path, absolute or relative to ``base_dir`` (the data file's folder), ``~`` expanded;
+  - a local path, absolute or relative to ``base_dir`` (the data file's folder), ``~`` expanded,
+    or a ``file://`` URI;
   - otherwise, a string of 64+ base64 characters is decoded as raw base64 (a short or dotted
     string is always a path, so a missing ``img/a.png`` says missing_file, not corrupt).
 
@@ -71,6 +72,7 @@ import math
 import os
 import re
 import tempfile
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -272,6 +274,8 @@ def _source(item: Any, base_dir, settings: MediaSettings, validate) -> bytes | P
         return _remote(text, settings, validate)
     if lowered.startswith("s3://"):
         return _s3(text, settings)
+    if lowered.startswith("file://"):
+        text = urllib.parse.unquote(text[7:])
     path = Path(text).expanduser()
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path

@@ -230,9 +230,17 @@ def text_of(content) -> str:
 IMAGE_BYTES_LIMIT = 3_500_000  # PNG above this is sent as JPEG: base64 of 3.5 MB stays under Anthropic's 5 MB per image
 
 
+IMAGE_KEYS = ("image", "url", "path", "base64")  # the keys transformers' chat templates accept for an image
+
+
 def is_image_part(part) -> bool:
-    """True for the shared image-part format ``{"type": "image", "image": ...}``."""
-    return isinstance(part, dict) and part.get("type") == "image" and "image" in part
+    """True for an image part: ``{"type": "image", "image": PIL.Image}`` (posttrain's shared format),
+    or transformers' other spellings ``"url"`` / ``"path"`` / ``"base64"`` instead of ``"image"``."""
+    return isinstance(part, dict) and part.get("type") == "image" and any(k in part for k in IMAGE_KEYS)
+
+
+def image_of(part: dict):
+    return next(part[k] for k in IMAGE_KEYS if k in part)
 
 
 def encoded_image(image) -> tuple[str, str]:
@@ -274,7 +282,7 @@ def content_parts(content, text_part, image_part) -> list:
     out = []
     for part in content or []:
         if is_image_part(part):
-            out.append(image_part(*encoded_image(part["image"])))
+            out.append(image_part(*encoded_image(image_of(part))))
         elif isinstance(part, dict) and part.get("type", "text") == "text":
             out.append(text_part(part.get("text", "")))
         else:
