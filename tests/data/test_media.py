@@ -76,6 +76,7 @@ def test_bad_local_inputs_have_reasons(tmp_path, settings):
     assert reason(good[:40], **kw) == "corrupt"
     assert reason(broken_jpeg, **kw) == "corrupt"
     assert reason("data:image/png;base64,@@@@", **kw) == "corrupt"
+    assert reason(Image.open(io.BytesIO(good[: len(good) // 2])), **kw) == "corrupt"  # a lazily decoded PIL image
     assert reason(42, **kw) == "bad_cell" and reason({"bytes": None, "path": None}, **kw) == "bad_cell"
     assert reason("A" * 5000, **kw) in ("corrupt", "not_an_image")  # long base64 that is no image
     assert reason("x" * 300 + ".png", **kw) == "missing_file"  # a name longer than the OS allows

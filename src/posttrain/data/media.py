@@ -386,7 +386,11 @@ def _striped_lock(entry: Path):
 def _image(item: Any, base_dir, settings: MediaSettings):
     from PIL import Image
 
-    if isinstance(item, Image.Image):
+    if isinstance(item, Image.Image):  # datasets may hand over a lazily decoded image: decode it now
+        try:
+            item.load()
+        except (OSError, SyntaxError, ValueError, EOFError) as e:
+            raise MediaError("corrupt", f"an image that cannot be decoded ({type(e).__name__}: {e})") from None
         return _finish(item, settings)
     if hasattr(item, "__array_interface__"):  # a numpy array (H, W[, C])
         try:
