@@ -16,7 +16,7 @@ from posttrain.errors import UserError
 EXIT_BAD_INPUT = 2
 
 # Modules under posttrain.commands that add their own subcommands (generate, eval, compare, ...).
-COMMAND_MODULES: list[str] = ["generate", "evaluate", "report"]
+COMMAND_MODULES: list[str] = ["generate", "evaluate", "report", "convert"]
 
 EPILOG_TRAIN = """\
 examples:
@@ -158,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args = parse_args(parser, argv)
+    if getattr(args, "recipe", None) is not None or getattr(args, "items", None):
+        from posttrain.commands.task_recipe import explicit_destinations
+
+        args._explicit = explicit_destinations(parser, list(sys.argv[1:] if argv is None else argv))
     try:
         return args.func(args)
     except (RecipeError, UserError) as e:

@@ -27,6 +27,8 @@ from pathlib import Path
 from posttrain.commands.engine_flags import add_engine_arguments, endpoint, engine_options_per_model
 from posttrain.errors import UserError
 
+from .task_recipe import add_recipe_arguments, apply_recipe
+
 ARM_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 CHECKPOINT_DIR = re.compile(r"checkpoint-(\d+)")
 BASE_ARM = "base"
@@ -43,7 +45,7 @@ def _log(message: str) -> None:
 
 
 def _shared_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", required=True, help="arithmetic | gsm8k | mmlu | custom")
+    p.add_argument("--task", help="arithmetic | gsm8k | mmlu | custom")
     p.add_argument("--n", type=int, default=None, help="evaluate the first N items after a shuffle seeded by --seed (default: all; arithmetic: 500)")
     p.add_argument("--data", default=None, help="local .jsonl/.json/.csv/.parquet file instead of the hub (gsm8k: question/answer; mmlu: question/choices/answer; custom: see --prompt-column)")
     p.add_argument("--prompt-column", default="prompt", help="custom task: column with the question text or chat messages (default: prompt)")
@@ -59,6 +61,7 @@ def _shared_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true", help="generate everything afresh (e.g. an API model re-published under the same name)")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw accuracy per arm with CI error bars (needs matplotlib)")
     add_engine_arguments(p)
+    add_recipe_arguments(p, "evaluation")
 
 
 def add_parser(subparsers) -> None:
@@ -68,7 +71,7 @@ def add_parser(subparsers) -> None:
                     "OUT/summary.json and OUT/summary.md, and print the summary table.",
         epilog=EPILOG + "\nexample:\n  posttrain eval --model tiny:qwen2-1m --task arithmetic --n 20 --max-new-tokens 32\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="hub id, local model or adapter dir, tiny:ARCH-SIZE, s3://BUCKET/PATH, or an API/vLLM spec (openai:MODEL, vllm:PATH, ...)")
+    p.add_argument("--model", help="hub id, local model or adapter dir, tiny:ARCH-SIZE, s3://BUCKET/PATH, or an API/vLLM spec (openai:MODEL, vllm:PATH, ...)")
     _shared_arguments(p)
     p.set_defaults(func=cmd_eval)
 
@@ -81,7 +84,7 @@ def add_parser(subparsers) -> None:
                         "  checkpoint-N folders adds NAME@step-N per checkpoint plus NAME for its final model.\n\n"
                         "example:\n  posttrain compare --arm a=tiny:qwen2-1m --arm b=tiny:llama-1m --task arithmetic --n 50\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arm", action="append", required=True, metavar="NAME=SPEC", help="an arm to compare (repeat the flag)")
+    p.add_argument("--arm", action="append", metavar="NAME=SPEC", help="an arm to compare (repeat the flag)")
     p.add_argument("--no-base", action="store_true", help="do not add the adapters' base model as arm 'base'")
     _shared_arguments(p)
     p.set_defaults(func=cmd_compare)
@@ -293,6 +296,7 @@ def _finish(report: dict, args, out: Path, name: str, samples: Path) -> None:
 def cmd_eval(args) -> int:
     from posttrain.evaluation.report import build_report
 
+    apply_recipe(args, "evaluation", "eval", {"model": "--model", "task": "--task"})
     _check_spec(args.model, "--model")
     model_dir = Path(args.model).expanduser()
     if model_dir.is_dir() and not _is_model_dir(model_dir) and expand_arm("run", args.model)[1]:
@@ -315,6 +319,7 @@ def cmd_eval(args) -> int:
 def cmd_compare(args) -> int:
     from posttrain.evaluation.report import build_report
 
+    apply_recipe(args, "evaluation", "compare", {"arm": "--arm", "task": "--task"})
     arms, steps = plan_arms(args.arm, no_base=args.no_base)
     params = _sampling(args)
     options = _engine_options(arms, args)

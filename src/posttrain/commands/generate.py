@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 
 from posttrain.commands.engine_flags import add_engine_arguments, engine_options_per_model
+from .task_recipe import add_recipe_arguments, apply_recipe
 
 OUTPUT_FIELDS = ["model", "index", "prompt", "completion", "prompt_tokens", "completion_tokens", "finish_reason", "error", "params"]
 PROMPT_COLUMNS = ("prompt", "messages")  # tried in this order when --prompt-column is not given
@@ -43,12 +44,14 @@ def add_parser(subparsers) -> None:
         description="Generate one completion per prompt from each --model, with the same sampling parameters, into a JSONL file (and CSV with --csv).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--model", "-m", action="append", required=True, metavar="SPEC", help="model spec; repeat for several models")
-    source = p.add_mutually_exclusive_group(required=True)
+    p.add_argument("--model", "-m", action="append", metavar="SPEC", help="model spec; repeat for several models")
+    source = p.add_mutually_exclusive_group()
     source.add_argument("--prompts", metavar="FILE", help=".jsonl with a 'prompt' or 'messages' column, or .txt with one prompt per line")
     source.add_argument("--dataset", metavar="NAME_OR_FILE", help="hub dataset or local .jsonl/.json/.csv/.parquet file")
     p.add_argument("--prompt-column", metavar="C", help="column holding the prompt (default: 'prompt', else 'messages')")
-    p.add_argument("--split", default="train", help="dataset split, slices allowed: test, train[:100] (default: train)")
+    p.add_argument("--prompt-template", metavar="T", help="build each prompt from the row's columns with str.format, e.g. 'Persona: {persona}\\n{prompt}'")
+    p.add_argument("--system-prompt", metavar="T", help="a system turn before every prompt (a str.format template over the row's columns too)")
+    p.add_argument("--split", help="dataset split, slices allowed: test, train[:100] (default: train)")
     p.add_argument("--subset", help="dataset configuration name (e.g. 'main' for gsm8k)")
     p.add_argument("--n", type=int, metavar="N", help="use only the first N prompts (default: all)")
 
@@ -60,8 +63,9 @@ def add_parser(subparsers) -> None:
 
     add_engine_arguments(p)
 
-    p.add_argument("--out", default="generations.jsonl", metavar="FILE.jsonl", help="output file (default: generations.jsonl)")
+    p.add_argument("--out", metavar="FILE.jsonl", help="output file (default: generations.jsonl)")
     p.add_argument("--csv", action="store_true", help="also write the rows as CSV beside --out (same name, .csv)")
+    add_recipe_arguments(p, "inference")
     p.set_defaults(func=run)
 
 
@@ -79,6 +83,11 @@ def run(args) -> int:
     from posttrain.generation.engines import engine_kind, make_engine
     from posttrain.generation.local import check_params
 
+    apply_recipe(args, "inference", "generate", {"model": "--model"}, exclusive=("prompts", "dataset"))
+    if args.prompts is None and args.dataset is None:
+        raise UserError("posttrain generate: --prompts or --dataset required (as a flag, or inference.prompts / inference.dataset in a recipe)")
+    if args.out is None:
+        args.out = "generations.jsonl"
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     check_params(params)
     options = engine_options_per_model(args, {spec: engine_kind(spec) for spec in args.model})
@@ -130,15 +139,16 @@ def load_prompts(args) -> list:
             raise UserError(f"--prompts: file {args.prompts!r} does not exist")
         if path.suffix == ".txt":
             where, values = f"--prompts {args.prompts}", [line for line in path.read_text().splitlines() if line.strip()]
-            if args.prompt_column:
-                raise UserError(f"--prompt-column does not apply to a .txt prompts file ({args.prompts}): every line is a prompt")
+            if args.prompt_column or getattr(args, "prompt_template", None) or getattr(args, "system_prompt", None):
+                raise UserError(f"--prompt-column/--prompt-template/--system-prompt do not apply to a .txt prompts file ({args.prompts}): every line is a prompt")
         elif path.suffix == ".jsonl":
-            where, values = f"--prompts {args.prompts}", column_values(read_jsonl(path), args.prompt_column, f"--prompts {args.prompts}")
+            where = f"--prompts {args.prompts}"
+            values = templated_prompts(read_jsonl(path), args, where)
         else:
             raise UserError(f"--prompts {args.prompts}: expected a .jsonl or .txt file; for .json/.csv/.parquet use --dataset {args.prompts}")
     else:
         where = f"--dataset {args.dataset}"
-        values = column_values(dataset_rows(args), args.prompt_column, where)
+        values = templated_prompts(dataset_rows(args), args, where)
     values = values[: args.n] if args.n else values
     if not values:
         raise UserError(f"{where}: no prompts found")
@@ -146,6 +156,33 @@ def load_prompts(args) -> list:
         if not is_prompt(value):
             raise UserError(f"{where}: prompt {i} is neither a non-empty string nor a list of {{'role', 'content'}} messages: {str(value)[:120]!r}")
     return values
+
+
+def templated_prompts(rows: list[dict], args, where: str) -> list:
+    """Each row's prompt: its prompt column, or --prompt-template filled from its columns; --system-prompt adds a system turn."""
+    from string import Formatter
+
+    from posttrain.errors import UserError
+
+    template, system = getattr(args, "prompt_template", None), getattr(args, "system_prompt", None)
+    if template is not None and args.prompt_column:
+        raise UserError("--prompt-template builds the prompt from columns and --prompt-column reads one column; give one")
+    for flag, text in (("--prompt-template", template), ("--system-prompt", system)):
+        if text is None:
+            continue
+        try:
+            names = {f for _, f, _, _ in Formatter().parse(text) if f is not None}
+        except ValueError as e:
+            raise UserError(f"{flag}: not a valid str.format template ({e}); write literal braces as '{{{{' and '}}}}'") from None
+        for i, row in enumerate(rows):
+            absent = sorted(names - set(row))
+            if absent:
+                raise UserError(f"{where}: row {i} has no column {absent[0]!r} for {flag}; its columns are {sorted(row)}")
+    prompts = [template.format(**row) for row in rows] if template is not None else column_values(rows, args.prompt_column, where)
+    if system is None:
+        return prompts
+    turns = lambda p: p if isinstance(p, list) else [{"role": "user", "content": p}]  # noqa: E731
+    return [[{"role": "system", "content": system.format(**row)}, *turns(p)] for row, p in zip(rows, prompts)]
 
 
 def read_jsonl(path) -> list[dict]:
@@ -172,7 +209,7 @@ def dataset_rows(args) -> list[dict]:
 
     from posttrain.data.sources import load_split
 
-    spec = SimpleNamespace(name=args.dataset, subset=args.subset, split=args.split)
+    spec = SimpleNamespace(name=args.dataset, subset=args.subset, split=args.split or "train")
     data = load_split(spec, "--dataset")
     return data.select(range(min(args.n, len(data)))).to_list() if args.n else data.to_list()
 

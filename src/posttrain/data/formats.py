@@ -104,9 +104,50 @@ def _problem(fmt: str, row: dict) -> str | None:
     return None
 
 
+def render_templates(raw, spec, key: str):
+    """Rows built from the spec's str.format templates: {'text'} or chat {'prompt', 'completion'}.
+
+    A template naming a column the data lacks is an error (FAI-RL silently trained on the
+    unrendered template text instead). Returns (dataset, format) or (raw, None) without templates.
+    """
+    from string import Formatter
+
+    import datasets
+
+    templates = spec.row_templates
+    if not templates:
+        return raw, None
+    for setting, template in templates.items():
+        for name in {f for _, f, _, _ in Formatter().parse(template) if f is not None}:
+            if name not in raw.column_names:
+                raise UserError(f"{key}.{setting}: column {name!r} not found; the data has columns {raw.column_names}.")
+
+    def fill(template: str, record: dict) -> str:
+        return template.format(**{k: "" if v is None else v for k, v in record.items()})
+
+    rows = []
+    for record in raw:
+        if "text_template" in templates:
+            rows.append({"text": fill(templates["text_template"], record)})
+            continue
+        prompt = [{"role": "system", "content": fill(templates["system_template"], record)}] if "system_template" in templates else []
+        prompt.append({"role": "user", "content": fill(templates["prompt_template"], record)})
+        rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": fill(templates["completion_template"], record)}]})
+    return datasets.Dataset.from_list(rows), ("text" if "text_template" in templates else "prompt_completion")
+
+
+def _chat_pair_problem(row: dict) -> str | None:
+    for col in ("prompt", "completion"):
+        if not row[col][-1]["content"].strip():
+            return f"empty '{col}' after the template"
+    return None
+
+
 def prepare_dataset(spec, key: str, algorithm: str, seed: int):
     """Load one dataset spec and return (dataset in TRL columns, DataReport)."""
-    raw = load_split(spec, key)
+    raw, templated = render_templates(load_split(spec, key), spec, key)
+    if templated:
+        return _prepared(raw, spec, key, templated, {c: c for c in raw.column_names}, seed, templated=True)
     fmt = detect_format(spec, raw.column_names, algorithm)
     mapping = _columns_for(spec, fmt)
     missing = [src for src in mapping.values() if src not in raw.column_names]
@@ -117,13 +158,17 @@ def prepare_dataset(spec, key: str, algorithm: str, seed: int):
         )
     if fmt == "messages" and spec.tools_column in raw.column_names:
         mapping["tools"] = spec.tools_column
-    raw = raw.select_columns(list(mapping.values()))
+    return _prepared(raw.select_columns(list(mapping.values())), spec, key, fmt, mapping, seed)
+
+
+def _prepared(raw, spec, key: str, fmt: str, mapping: dict, seed: int, templated: bool = False):
     reasons: Counter = Counter()
     rows = []
     for record in raw:
         row = {trl: record[src] for trl, src in mapping.items()}
         tools = row.pop("tools", None)
-        why = _problem(fmt, row)
+        chat_pair = templated and fmt == "prompt_completion"
+        why = _chat_pair_problem(row) if chat_pair else _problem(fmt, row)
         if why:
             reasons[why] += 1
             continue

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from .defaults import defaults_for
 from . import yaml12
 from .errors import Problem, RecipeError, did_you_mean
-from .migrations import migration_for
+from .migrations import ALGORITHM_MIGRATIONS, fairl_signs, migration_for
 from .overrides import apply_overrides, format_path
 from .schema import OWNED_ELSEWHERE, TRAINING_MODELS, Problems, Recipe
 from .trl_fields import trl_fields
@@ -78,12 +78,23 @@ def load_recipe(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     try:
         recipe = Recipe.model_validate(raw)
     except ValidationError as e:
+        signs = fairl_signs(raw)
+        if signs:  # one message instead of one unknown key per line
+            raise RecipeError(Problem("", fairl_message(source, signs))) from None
         loaded = LoadedRecipe(None, source, overridden, defaulted)  # type: ignore[arg-type]
         raise RecipeError(_problems(e, raw, loaded)) from None
     return LoadedRecipe(recipe, source, overridden, defaulted)
 
 
 # ------------------------------------------------------------------------------ error messages
+def fairl_message(source: Path | None, signs: list[str]) -> str:
+    shown = ", ".join(dict.fromkeys(s.replace(".*.", "[i].") for s in signs[:6]))
+    more = f" and {len(set(signs)) - 6} more" if len(set(signs)) > 6 else ""
+    name = str(source) if source is not None else "FILE"
+    return (f"this looks like a FAI-RL recipe ({shown}{more}); run `posttrain convert {name}` to write the posttrain "
+            "recipe and a table of what moved and what changed meaning.")
+
+
 def _unwrap(annotation) -> list[type[BaseModel]]:
     """The pydantic models an annotation can hold (through Optional, list, Annotated, Union)."""
     origin = typing.get_origin(annotation)
@@ -95,9 +106,9 @@ def _unwrap(annotation) -> list[type[BaseModel]]:
     return []
 
 
-def _model_at(parts: list, raw: dict) -> type[BaseModel] | None:
+def _model_at(parts: list, raw: dict, root: type[BaseModel] = Recipe) -> type[BaseModel] | None:
     """The schema model that validates the mapping at `parts` (None if not a mapping of ours)."""
-    model: type[BaseModel] | None = Recipe
+    model: type[BaseModel] | None = root
     node: Any = raw
     for part in parts:
         if model is None:
@@ -117,7 +128,7 @@ def _model_at(parts: list, raw: dict) -> type[BaseModel] | None:
     return model
 
 
-def _key_path(loc: tuple, raw: dict) -> list:
+def _key_path(loc: tuple, raw: dict, root: type[BaseModel] = Recipe) -> list:
     """Keep the part of a pydantic error location that addresses the user's data (drop union tags)."""
     parts: list = []
     node: Any = raw
@@ -128,7 +139,7 @@ def _key_path(loc: tuple, raw: dict) -> list:
             node = node[part]
         elif isinstance(node, list) and isinstance(part, int) and part < len(node):
             node = node[part]
-        elif isinstance(node, dict) and isinstance(part, str) and _model_at(parts, raw) is not None and part in _model_at(parts, raw).model_fields:
+        elif isinstance(node, dict) and isinstance(part, str) and _model_at(parts, raw, root) is not None and part in _model_at(parts, raw, root).model_fields:
             node = None  # a missing required key: still the user's path
         else:
             break
@@ -143,10 +154,10 @@ def _value_at(parts: list, raw: dict):
     return node
 
 
-def _problems(exc: ValidationError, raw: dict, loaded: LoadedRecipe) -> list[Problem]:
+def _problems(exc: ValidationError, raw: dict, loaded: LoadedRecipe, root: type[BaseModel] = Recipe) -> list[Problem]:
     grouped: dict[str, list[dict]] = {}
     for err in exc.errors():
-        parts = _key_path(err["loc"], raw)
+        parts = _key_path(err["loc"], raw, root)
         if err["type"].startswith("union_tag"):
             parts = ["training", "algorithm"]
         grouped.setdefault(format_path(parts), []).append({**err, "parts": parts})
@@ -160,21 +171,21 @@ def _problems(exc: ValidationError, raw: dict, loaded: LoadedRecipe) -> list[Pro
         errs = [e for e in errs if not isinstance(e.get("ctx", {}).get("error"), Problems)]
         if errs:
             source = loaded.layer(path) if path else None
-            problems.append(Problem(path, _message(errs, parts, raw), source))
+            problems.append(Problem(path, _message(errs, parts, raw, root), source))
     return problems
 
 
-def _message(errs: list[dict], parts: list, raw: dict) -> str:
+def _message(errs: list[dict], parts: list, raw: dict, root: type[BaseModel] = Recipe) -> str:
     err = errs[0]
     kind = err["type"]
     if kind == "extra_forbidden":
         name = parts[-1]
-        hint = migration_for(parts)
+        hint = migration_for(parts, raw)
         if hint:
             return f"{name!r} is no longer a key: {hint}"
         if parts[0] == "training" and len(parts) == 2 and name in OWNED_ELSEWHERE:
             return f"posttrain sets {name!r} itself: {OWNED_ELSEWHERE[name]}"
-        model = _model_at(parts[:-1], raw)
+        model = _model_at(parts[:-1], raw, root)
         known = list(model.model_fields) if model else []
         where = format_path(parts[:-1]) or "the recipe"
         msg = f"unknown key {name!r} in {where}.{did_you_mean(str(name), known)}"
@@ -186,11 +197,13 @@ def _message(errs: list[dict], parts: list, raw: dict) -> str:
         if kind == "union_tag_not_found":
             return f"training.algorithm is required: one of {names}."
         tag = err["ctx"]["tag"]
+        if tag in ALGORITHM_MIGRATIONS:  # another tool's algorithm: a close spelling here would mean something else
+            return f"algorithm {tag!r} is not one posttrain runs: {ALGORITHM_MIGRATIONS[tag]} Choose one of {names}."
         return f"algorithm {tag!r} is not one posttrain runs; choose one of {names}.{did_you_mean(tag, TRAINING_MODELS)}"
     if kind == "too_short":
-        return "is empty; give at least one item." + _describe(parts, raw)
+        return "is empty; give at least one item." + _describe(parts, raw, root)
     if kind == "missing":
-        return "is required but missing." + _describe(parts, raw)
+        return "is required but missing." + _describe(parts, raw, root)
     value = err.get("input")
     if kind == "literal_error" and all(e["type"] == "literal_error" for e in errs):
         expected = err["ctx"]["expected"]
@@ -202,8 +215,8 @@ def _message(errs: list[dict], parts: list, raw: dict) -> str:
     return f"{shown} is not valid: expected {' or '.join(expected)}."
 
 
-def _describe(parts: list, raw: dict) -> str:
-    model = _model_at(parts[:-1], raw)
+def _describe(parts: list, raw: dict, root: type[BaseModel] = Recipe) -> str:
+    model = _model_at(parts[:-1], raw, root)
     info = model.model_fields.get(parts[-1]) if model else None
     return f" {info.description}" if info is not None and info.description else ""
 

@@ -124,6 +124,46 @@ class DatasetSpec(Section):
         "gold from `expected_answer`, same system prompt. Column keys you set explicitly win.",
     )
 
+    # Row templates (SFT/CPT): Python str.format() over the row's columns, e.g. "Q: {question}\nA: {answer}".
+    text_template: str | None = Field(
+        None,
+        description="SFT/CPT: build each row's training text from its columns with Python's str.format ('{question} {answer}'; "
+        "'{{' for a literal brace); loss on the whole text. A row missing a named column is an error naming it.",
+    )
+    prompt_template: str | None = Field(
+        None,
+        description="SFT: build each row as a chat from its columns: this str.format template is the user turn and "
+        "completion_template the assistant turn (loss on the assistant turn only). Needs completion_template.",
+    )
+    completion_template: str | None = Field(None, description="SFT: the assistant turn's str.format template (with prompt_template).")
+    system_template: str | None = Field(None, description="SFT: a system turn before the user turn, a str.format template too (with prompt_template).")
+
+    @model_validator(mode="after")
+    def _row_templates(self):
+        from string import Formatter
+
+        set_ = {k for k in ("text_template", "prompt_template", "completion_template", "system_template") if getattr(self, k) is not None}
+        if "text_template" in set_ and set_ - {"text_template"}:
+            raise ValueError("text_template builds one text per row; prompt_template/completion_template/system_template build a chat. Use one kind.")
+        if ("prompt_template" in set_) != ("completion_template" in set_):
+            raise ValueError("prompt_template and completion_template go together (the user turn and the assistant turn).")
+        if "system_template" in set_ and "prompt_template" not in set_:
+            raise ValueError("system_template needs prompt_template and completion_template.")
+        for key in sorted(set_):
+            try:
+                names = [f for _, f, _, _ in Formatter().parse(getattr(self, key)) if f is not None]
+            except ValueError as e:
+                raise ValueError(f"{key} is not a valid str.format template ({e}); write literal braces as '{{{{' and '}}}}'.") from None
+            bad = [n for n in names if not n.isidentifier()]
+            if bad:
+                raise ValueError(f"{key}: placeholder {{{bad[0]}}} is not a column name; placeholders are plain column names like {{question}} "
+                                 "(literal braces are written '{{{{' and '}}}}').")
+        return self
+
+    @property
+    def row_templates(self) -> dict[str, str]:
+        return {k: getattr(self, k) for k in ("text_template", "system_template", "prompt_template", "completion_template") if getattr(self, k) is not None}
+
     @model_validator(mode="after")
     def _template_columns(self):
         from posttrain.data.templates import TEMPLATE_COLUMNS
@@ -477,7 +517,7 @@ class Recipe(Section):
 
     @model_validator(mode="after")
     def _cross_section(self):
-        raise_all(self._storage_checks() + self._keys_used_by_this_algorithm() + self._evaluation_is_wired())
+        raise_all(self._storage_checks() + self._keys_used_by_this_algorithm() + self._row_templates_used() + self._evaluation_is_wired())
         return self
 
     def _storage_checks(self) -> list[tuple[str, str]]:
@@ -485,6 +525,26 @@ class Recipe(Section):
             return [("s3.delete_local_after_upload", "s3.delete_local_after_upload deletes the checkpoints that "
                      "training.load_best_model_at_end reloads; turn one off.")]
         return []
+
+    def _row_templates_used(self) -> list[tuple[str, str]]:
+        """Row templates apply to SFT (text_template to CPT too); a templated dataset reads no column key."""
+        algorithm = self.training.algorithm
+        ignored = () if algorithm == "sft" else ("prompt_template", "completion_template", "system_template") + (
+            () if algorithm == "cpt" else ("text_template",))
+        out = []
+        for section in ("datasets", "eval_datasets"):
+            for i, d in enumerate(getattr(self.data, section)):
+                where = f"data.{section}[{i}]"
+                found = [k for k in ignored if getattr(d, k) is not None]
+                if found:
+                    out.append((f"{where}.{found[0]}", f"row templates apply to sft (text_template also to cpt); algorithm "
+                                f"{algorithm} would ignore {found[0]}. Remove it."))
+                elif d.row_templates:
+                    dead = [k for k in (*DATASET_COLUMN_KEYS, "format") if k in d.model_fields_set]
+                    if dead:
+                        out.append((f"{where}.{dead[0]}", f"{dead[0]} is not read: the row templates name the columns they "
+                                    "read. Remove it."))
+        return out
 
     def _keys_used_by_this_algorithm(self) -> list[tuple[str, str]]:
         """Data keys the algorithm never reads are errors, not silent no-ops."""
