@@ -54,6 +54,8 @@ def cmd_validate(args) -> int:
     from posttrain.recipe.preflight import preflight
 
     recipe_path, overrides = _split_recipe_args(args)
+    if _is_task_recipe(recipe_path):
+        return _validate_task_recipe(recipe_path, overrides)
     loaded = load_recipe(recipe_path, overrides)
     if not args.schema_only:
         preflight(loaded.recipe)
@@ -61,6 +63,25 @@ def cmd_validate(args) -> int:
     print(to_yaml(resolved_dict(loaded.recipe)), end="")
     print("\n# differs from the library defaults:")
     print(format_differences(loaded))
+    return 0
+
+
+def _is_task_recipe(path: str) -> bool:
+    from posttrain.recipe.load import read_yaml
+    from posttrain.recipe.tasks import is_task_recipe
+
+    return is_task_recipe(read_yaml(path))
+
+
+def _validate_task_recipe(path: str, overrides: list[str]) -> int:
+    """A generation/evaluation recipe (`inference:` / `evaluation:`): schema checks, printed resolved."""
+    from posttrain.recipe.load import to_yaml
+    from posttrain.recipe.tasks import load_task_recipe, resolved
+
+    recipe = load_task_recipe(path, overrides)
+    command = "generate" if recipe.inference is not None else ("eval" if recipe.evaluation.model else "compare")
+    print(f"# {path}: valid (posttrain {command} --recipe {path})")
+    print(to_yaml(resolved(recipe)), end="")
     return 0
 
 

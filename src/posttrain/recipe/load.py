@@ -78,6 +78,13 @@ def load_recipe(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     try:
         recipe = Recipe.model_validate(raw)
     except ValidationError as e:
+        from .tasks import fairl_signs_in_task, is_task_recipe
+
+        if is_task_recipe(raw) and not fairl_signs_in_task(raw):
+            section = "inference" if "inference" in raw else "evaluation"
+            use = "posttrain generate --recipe" if section == "inference" else "posttrain eval --recipe (or compare)"
+            raise RecipeError(Problem("", f"this is a generation/evaluation recipe (an `{section}:` section), not a training "
+                                          f"recipe: run it with {use} {source or 'FILE'}")) from None
         signs = fairl_signs(raw)
         if signs:  # one message instead of one unknown key per line
             raise RecipeError(Problem("", fairl_message(source, signs))) from None

@@ -1,0 +1,141 @@
+"""`posttrain convert` on a corpus of FAI-RL-shaped recipes (tests/migrate/fairl_corpus, written for these tests).
+
+For every recipe: the conversion table and the converted recipe equal a golden file, and either the
+converted recipe passes the schema (as `posttrain validate --schema-only` would check it) or the
+conversion names every key it cannot map. Regenerate the golden files after an intended change with
+    UPDATE_GOLDEN=1 python -m pytest tests/migrate/test_fairl_convert.py
+and read the diff.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from posttrain.migrate import convert
+from posttrain.recipe.load import load_recipe, read_yaml, to_yaml
+from posttrain.recipe.schema import DatasetSpec, TRAINING_MODELS
+from posttrain.recipe.tasks import load_task_recipe
+
+HERE = Path(__file__).parent
+CORPUS = sorted((HERE / "fairl_corpus").rglob("*.yaml"))
+GOLDEN = HERE / "golden"
+# Once this build trains vision-language SFT (another change), its FAI-RL recipes convert instead of stopping.
+VLM_BUILD = "sft_vlm" in TRAINING_MODELS and "image_columns" in DatasetSpec.model_fields
+# Recipes whose conversion must stop: the key(s) it must name.
+BLOCKED = {
+    "training/ppo_lora.yaml": ["training.algorithm"],
+    "training/sft_vlm_lora.yaml": ["training.algorithm", "data.datasets[0].image_columns", "data.image_cache_dir", "data.max_image_pixels"],
+    "inference/vlm_images.yaml": ["inference.image_columns", "inference.max_image_pixels"],
+    "evaluation/custom_local_api.yaml": ["evaluation.api_endpoint"],
+}
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(HERE / "fairl_corpus"))
+
+
+def golden_text(path: Path) -> str:
+    conv = convert(read_yaml(path), str(path))
+    lines = [f"# {conv.kind}: FAI-RL key | posttrain key | change of meaning (why)"]
+    lines += [" | ".join(row.cells()) for row in conv.rows]
+    lines.append("--- cannot convert ---" if conv.blocking else "--- converted recipe ---")
+    lines.append(", ".join(r.key for r in conv.blocking) if conv.blocking else to_yaml(conv.recipe).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def test_the_corpus_covers_every_algorithm_and_both_task_kinds():
+    algorithms = {read_yaml(p).get("training", {}).get("algorithm") for p in CORPUS}
+    assert {"sft", "cpt", "dpo", "grpo", "gspo", "ppo", "sft_vlm"} <= algorithms
+    assert any("inference" in read_yaml(p) for p in CORPUS) and any("evaluation" in read_yaml(p) for p in CORPUS)
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=_name)
+def test_conversion_table_matches_golden(path):
+    golden = GOLDEN / (_name(path).replace("/", "__").removesuffix(".yaml") + ".txt")
+    text = golden_text(path)
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(text)
+    assert golden.is_file(), f"no golden file {golden}; run with UPDATE_GOLDEN=1 and review it"
+    assert text == golden.read_text()
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=_name)
+def test_converted_recipe_validates_or_every_unmappable_key_is_named(path):
+    conv = convert(read_yaml(path), str(path))
+    name = _name(path)
+    if name in BLOCKED and not (name.startswith("training/sft_vlm") and VLM_BUILD):
+        assert set(BLOCKED[name]) <= {r.key for r in conv.blocking}, [r.key for r in conv.blocking]
+        assert all(r.note for r in conv.blocking)
+        return
+    assert not conv.blocking, [r.key for r in conv.blocking]
+    raw = yaml.safe_load(to_yaml(conv.recipe))  # what the written file holds
+    if conv.kind == "training":
+        load_recipe(None, raw=raw)
+    else:
+        load_task_recipe(None, raw=raw)
+
+
+def test_no_key_is_dropped_silently():
+    """Every key of every corpus recipe appears in its table (as itself or as its section)."""
+    for path in CORPUS:
+        conv = convert(read_yaml(path), str(path))
+        keys = {r.key.split(" ")[0] for r in conv.rows}
+
+        def walk(node, prefix):
+            for key, value in node.items():
+                here = f"{prefix}.{key}" if prefix else key
+                if isinstance(value, dict) and here not in keys and here not in ("wandb", "s3", "reward_api", "local_reward_function"):
+                    yield from walk(value, here)
+                elif here == "data.datasets":
+                    for i, item in enumerate(value):
+                        yield from walk(item, f"data.datasets[{i}]")
+                else:
+                    yield here
+
+        raw = read_yaml(path)
+        for key in walk(raw, ""):
+            section = key.split(".")[0]
+            assert key in keys or section in keys or any(k.startswith(section + ".") for k in keys if section in ("wandb", "s3", "reward_api")), f"{path.name}: {key} not in the table"
+
+
+def test_fairl_defects_are_flagged_with_what_each_side_runs():
+    dpo = convert(read_yaml(HERE / "fairl_corpus/training/dpo_lora_two_sets.yaml"))
+    beta = next(r for r in dpo.rows if r.key == "training.beta")
+    assert "FAI-RL DEFECT" in beta.note and "0.1" in beta.note and "0.3" in beta.note
+    assert dpo.recipe["training"]["beta"] == 0.3
+
+    gspo = convert(read_yaml(HERE / "fairl_corpus/training/gspo_full.yaml"))
+    spg = next(r for r in gspo.rows if r.key.startswith("training.steps_per_generation"))
+    assert "TRL rejects it" in spg.note and "generation batch 1 x 4 = 4" in spg.note
+    assert gspo.recipe["training"]["steps_per_generation"] == 64  # 4 x gradient_accumulation_steps 16
+    assert gspo.recipe["training"]["loss_type"] == "dapo"  # what FAI-RL left TRL to use
+
+    grpo = convert(read_yaml(HERE / "fairl_corpus/training/grpo_lora_reward_api.yaml"))
+    assert grpo.recipe["training"]["beta"] == 0.0  # FAI-RL ran TRL's 0.0; posttrain's default would be 0.04
+    assert grpo.recipe["training"]["max_completion_length"] == 768 - 256
+    prompt = next(r for r in grpo.rows if r.key == "data.max_prompt_length")
+    assert "never limited prompts" in prompt.note
+
+
+def test_disabled_sections_are_dropped_and_secrets_are_not_copied():
+    sft = convert(read_yaml(HERE / "fairl_corpus/training/sft_lora_moderation.yaml"))
+    assert "tracking" not in sft.recipe and "s3" not in sft.recipe  # wandb.enabled: false
+    dpo = convert(read_yaml(HERE / "fairl_corpus/training/dpo_lora_two_sets.yaml"))
+    assert dpo.recipe["tracking"] == {"provider": "wandb", "project": "prefs", "run_name": "llama-dpo", "tags": ["DPO"]}
+    assert "SECRET" not in to_yaml(dpo.recipe) + "".join(map(str, dpo.rows))
+    api = convert(read_yaml(HERE / "fairl_corpus/inference/api_split_chat.yaml"))
+    assert "SECRET" not in to_yaml(api.recipe) + "".join(map(str, api.rows))
+
+
+def test_templates_become_per_dataset_templates():
+    flat = convert(read_yaml(HERE / "fairl_corpus/training/sft_lora_moderation.yaml"))
+    assert "{user_turn}" in flat.recipe["data"]["datasets"][0]["text_template"]
+    split = convert(read_yaml(HERE / "fairl_corpus/training/sft_split_chat.yaml"))
+    spec = split.recipe["data"]["datasets"][0]
+    assert (spec["prompt_template"], spec["completion_template"]) == ("Ticket: {ticket}", "{reply}")
+    assert spec["system_template"] == "You answer support tickets politely."

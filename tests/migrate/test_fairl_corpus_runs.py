@@ -1,0 +1,98 @@
+"""Converted FAI-RL recipes run for real: model swapped to `tiny:`, data to local files, 2 training steps.
+
+Two training recipes where conversion has the most to get right: SFT from split-mode chat templates
+(with FAI-RL's held-out evaluation and early stopping) and GRPO with a local reward function (DPO's
+beta is checked at conversion level, and posttrain's own DPO tests check that beta reaches TRL); then the converted inference recipe generates from the SFT run's model and
+the converted evaluation recipe scores it on a local GSM8K-shaped file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+CORPUS = HERE / "fairl_corpus"
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory, data_dir):
+    root = tmp_path_factory.mktemp("fairl-runs")
+    problems = [json.loads(line) for line in (data_dir / "problems.jsonl").read_text().splitlines()]
+    prefs = [json.loads(line) for line in (data_dir / "preferences.jsonl").read_text().splitlines()]
+
+    def write(name, rows):
+        (root / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return root / name
+
+    write("tickets.jsonl", [{"ticket": p["question"], "reply": p["answer"].split("####")[0].strip()} for p in problems])
+    write("pairs.jsonl", [{"question": r["prompt"], "better": r["chosen"], "worse": r["rejected"]} for r in prefs])
+    write("refusals.jsonl", prefs)
+    write("local_prompts.jsonl", [{"prompt": p["question"], "target": p["answer"].split("####")[-1].strip()} for p in problems])
+    write("persona.jsonl", [{"persona": "teacher", "prompt": p["question"]} for p in problems[:4]])
+    write("gsm8k_test.jsonl", problems[:6])
+    (root / "my_rewards").mkdir()
+    (root / "my_rewards" / "__init__.py").write_text("")
+    (root / "my_rewards" / "scoring.py").write_text(
+        "def exact_match(completions, answer, strict=True, **kwargs):\n"
+        "    texts = [c if isinstance(c, str) else c[-1]['content'] for c in completions]\n"
+        "    return [float(sum(ch.isdigit() for ch in t) > 0) + 0.01 * len(t) for t in texts]\n")
+    return root
+
+
+def convert(cli, recipe: str, out: Path) -> Path:
+    result = cli("convert", CORPUS / recipe, "-o", out)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def train(cli, recipe: Path, work: Path, *overrides: str) -> Path:
+    out = work / f"run-{recipe.stem}"
+    common = ["model.base_model_name=tiny:qwen2-1m", f"training.output_dir={out}", "training.max_steps=2",
+              "training.save_steps=2", "training.activation_checkpointing=false", "training.warmup_steps=0"]
+    env = {"PYTHONPATH": f"{work}:{__import__('os').environ.get('PYTHONPATH', '')}"}
+    result = cli("train", "--recipe", recipe, *common, *overrides, cwd=work, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (out / "run_summary.json").is_file()
+    return out
+
+
+def test_sft_split_chat_trains_and_its_model_generates_and_evaluates(cli, work):
+    recipe = convert(cli, "training/sft_split_chat.yaml", work / "sft.yaml")
+    run = train(cli, recipe, work, f"data.datasets[0].name={work / 'tickets.jsonl'}", "data.datasets[0].split=train",
+                "training.deepspeed=null", "training.gradient_accumulation_steps=1", "training.per_device_train_batch_size=4",
+                "training.eval_steps=2", "data.eval_fraction=0.1", "tracking.provider=none", "s3=null")
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any("eval_loss" in m for m in metrics)  # FAI-RL's held-out evaluation survived conversion
+    resolved = (run / "resolved_recipe.yaml").read_text()
+    assert "prompt_template: 'Ticket: {ticket}'" in resolved and "early_stopping_patience: 2" in resolved
+
+    gen = convert(cli, "inference/checkpoints_persona.yaml", work / "gen.yaml")
+    out = work / "gen.jsonl"
+    result = cli("generate", "--recipe", gen, f"inference.models=[{run}]", f"inference.dataset={work / 'persona.jsonl'}",
+                 "inference.split=train", f"inference.out={out}", "--max-new-tokens", "4", cwd=work, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 4 and out.with_suffix(".csv").is_file()
+    assert rows[0]["prompt"].startswith("You are helpful and safe.\nPersona: teacher\nUser: ")
+    assert rows[0]["params"]["temperature"] == 0.7 and rows[0]["params"]["max_new_tokens"] == 4  # recipe, then the flag
+
+    ev = convert(cli, "evaluation/gsm8k_single.yaml", work / "ev.yaml")
+    result = cli("eval", "--recipe", ev, f"evaluation.model={run}", f"evaluation.data={work / 'gsm8k_test.jsonl'}",
+                 f"evaluation.out={work / 'ev'}", "evaluation.max_new_tokens=8", cwd=work, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((work / "ev" / "summary.json").read_text())
+    assert summary["arms"][0]["n"] == 6 if "arms" in summary else (work / "ev" / "samples.jsonl").read_text().count("\n") == 6
+
+
+def test_grpo_trains_with_the_local_reward_function_and_no_kl(cli, work):
+    recipe = convert(cli, "training/grpo_full_local_reward.yaml", work / "grpo.yaml")
+    run = train(cli, recipe, work, f"data.datasets[0].name={work / 'local_prompts.jsonl'}", "training.deepspeed=null",
+                "training.per_device_train_batch_size=4", "training.gradient_accumulation_steps=1", "training.num_generations=4",
+                "training.max_completion_length=8", "training.beta=0.0", "tracking.provider=none")
+    config = json.loads((run / "trl_config.json").read_text())
+    assert config["max_completion_length"] == 8 and config["beta"] == 0.0
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any(m.get("rewards/exact_match/mean") is not None or "reward" in m for m in metrics)
