@@ -63,6 +63,9 @@ MIGRATIONS: dict[str, str] = {
     "s3.enabled": "a present s3 section is on; delete the section to turn uploads off.",
     "s3.uploader": "posttrain uploads with boto3 (verified, retried); remove it.",
 }
+for _section in ("inference", "evaluation"):
+    MIGRATIONS[f"{_section}.api_key"] = (f"keys never go in a recipe: export the key (OPENAI_API_KEY, ...) or name its "
+                                         f"environment variable with {_section}.api_key_env.")
 for _media in ("image", "video"):
     for _suffix in ("cache_dir", "fetch_timeout", "fetch_retries", "s3_region", "s3_endpoint_url"):
         MIGRATIONS[f"data.{_media}_{_suffix}"] = f"a FAI-RL {_media} setting: " + _CONVERT + " into the vision-language data keys."

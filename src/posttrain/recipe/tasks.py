@@ -135,13 +135,18 @@ def load_task_recipe(path: str | Path | None, overrides=(), raw: dict | None = N
 
 
 # FAI-RL's inference/evaluation keys: a section holding one of them is FAI-RL's, not posttrain's.
+# One key of the first set, or two of the second, make the section FAI-RL's.
 FAIRL_TASK_KEYS = {"model_path", "model_paths", "dataset_name", "dataset_split", "dataset_subset", "dataset_columns",
-                   "output_file", "api_endpoint", "api_key", "do_sample", "response_column", "ground_truth_column",
-                   "checkpoint_column", "user_prompt", "image_columns", "choice_labels"}
+                   "output_file", "do_sample", "response_column", "ground_truth_column", "checkpoint_column", "choice_labels"}
+FAIRL_TASK_HINTS = {"api_endpoint", "api_key", "user_prompt", "image_columns", "confidence_column"}
 
 
 def fairl_signs_in_task(raw: dict) -> bool:
-    return any(isinstance(raw.get(s), dict) and FAIRL_TASK_KEYS & set(raw[s]) for s in ("inference", "evaluation"))
+    for name in ("inference", "evaluation"):
+        keys = set(raw.get(name) or {}) if isinstance(raw.get(name), dict) else set()
+        if keys & FAIRL_TASK_KEYS or len(keys & FAIRL_TASK_HINTS) >= 2:
+            return True
+    return False
 
 
 def resolved(recipe: TaskRecipe) -> dict:
