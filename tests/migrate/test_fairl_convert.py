@@ -30,7 +30,6 @@ BLOCKED = {
     "training/ppo_lora.yaml": ["training.algorithm"],
     "training/sft_vlm_lora.yaml": ["training.algorithm", "data.datasets[0].image_columns", "data.image_cache_dir", "data.max_image_pixels"],
     "inference/vlm_images.yaml": ["inference.image_columns", "inference.max_image_pixels"],
-    "evaluation/custom_local_api.yaml": ["evaluation.api_endpoint"],
 }
 
 

@@ -25,9 +25,8 @@ import sys
 from pathlib import Path
 
 from posttrain.commands.engine_flags import add_engine_arguments, endpoint, engine_options_per_model
+from posttrain.commands.task_recipe import add_recipe_arguments, apply_recipe
 from posttrain.errors import UserError
-
-from .task_recipe import add_recipe_arguments, apply_recipe
 
 ARM_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 CHECKPOINT_DIR = re.compile(r"checkpoint-(\d+)")

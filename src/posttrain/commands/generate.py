@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 
 from posttrain.commands.engine_flags import add_engine_arguments, engine_options_per_model
-from .task_recipe import add_recipe_arguments, apply_recipe
+from posttrain.commands.task_recipe import add_recipe_arguments, apply_recipe
 
 OUTPUT_FIELDS = ["model", "index", "prompt", "completion", "prompt_tokens", "completion_tokens", "finish_reason", "error", "params"]
 PROMPT_COLUMNS = ("prompt", "messages")  # tried in this order when --prompt-column is not given

@@ -13,6 +13,7 @@ import argparse
 RENAMED = {
     "models": ("model", list),
     "use_chat_template": ("no_chat_template", lambda v: not v),
+    "progress": ("no_progress", lambda v: not v),
     "arms": ("arm", lambda arms: [f"{name}={spec}" for name, spec in arms.items()]),
 }
 

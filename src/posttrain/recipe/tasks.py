@@ -28,15 +28,26 @@ from .schema import Section
 _GREEDY = "0 = greedy (deterministic)."
 
 
-class Sampling(Section):
+class Generation(Section):
+    """Decoding and engine settings, shared by generate, eval and compare."""
+
     max_new_tokens: StrictInt | None = Field(None, ge=1, description="Tokens to generate at most per prompt.")
     temperature: float | None = Field(None, ge=0.0, description="Sampling temperature; " + _GREEDY)
     top_p: float | None = Field(None, gt=0.0, le=1.0, description="Nucleus sampling mass, with temperature > 0.")
     seed: StrictInt | None = Field(None, description="Sampling seed (evaluation: also the item shuffle).")
-    batch_size: StrictInt | None = Field(None, ge=1, description="Local models: prompts per generation batch.")
+    # engines (posttrain.commands.engine_flags): each applies to the models it fits
+    batch_size: StrictInt | None = Field(None, ge=1, description="Local models: prompts per generation batch (--batch-size).")
+    use_chat_template: StrictBool | None = Field(None, description="false: send plain-string prompts raw instead of as a user turn (--no-chat-template).")
+    base_url: str | None = Field(None, description="API models: API root, e.g. http://localhost:8000/v1 (--base-url).")
+    api_key_env: str | None = Field(None, description="API models: the environment variable holding the key; keys never go in a recipe (--api-key-env).")
+    concurrency: StrictInt | None = Field(None, ge=1, description="API models: requests in flight at once (--concurrency).")
+    timeout: float | None = Field(None, gt=0, description="API models: seconds to wait for an answer (--timeout).")
+    retries: StrictInt | None = Field(None, ge=0, description="API models: retries on 429/5xx/connection errors (--retries).")
+    on_error: Literal["fail", "continue"] | None = Field(None, description="API models: stop at a failed request or record it and go on (--on-error).")
+    progress: StrictBool | None = Field(None, description="false: no progress bars (--no-progress).")
 
 
-class InferenceSection(Sampling):
+class InferenceSection(Generation):
     """`posttrain generate --recipe`: completions from one or more models for the same prompts."""
 
     models: list[str] = Field(min_length=1, description="Model specs (--model, repeated): hub id, dir, tiny:..., vllm:..., openai:MODEL, ...")
@@ -50,13 +61,6 @@ class InferenceSection(Sampling):
         None, description="Build each prompt from the row's columns with Python's str.format ('Persona: {persona}\\n{prompt}') "
         "instead of reading one column (--prompt-template).")
     system_prompt: str | None = Field(None, description="A system turn before every prompt; a str.format template over the row's columns too (--system-prompt).")
-    use_chat_template: StrictBool | None = Field(None, description="false: send plain-string prompts raw instead of as a user turn (--no-chat-template).")
-    base_url: str | None = Field(None, description="API models: API root, e.g. http://localhost:8000/v1 (--base-url).")
-    api_key_env: str | None = Field(None, description="API models: the environment variable holding the key; keys never go in a recipe (--api-key-env).")
-    concurrency: StrictInt | None = Field(None, ge=1, description="API models: requests in flight at once (--concurrency).")
-    timeout: float | None = Field(None, gt=0, description="API models: seconds to wait for an answer (--timeout).")
-    retries: StrictInt | None = Field(None, ge=0, description="API models: retries on 429/5xx/connection errors (--retries).")
-    on_error: Literal["fail", "continue"] | None = Field(None, description="API models: stop at a failed request or record it and go on (--on-error).")
     out: str | None = Field(None, description="Output .jsonl file (--out).")
     csv: StrictBool | None = Field(None, description="Also write the rows as CSV beside out (--csv).")
 
@@ -69,7 +73,7 @@ class InferenceSection(Sampling):
         return self
 
 
-class EvaluationSection(Sampling):
+class EvaluationSection(Generation):
     """`posttrain eval --recipe` (model) or `posttrain compare --recipe` (arms)."""
 
     model: str | None = Field(None, description="The model to evaluate (eval's --model).")
