@@ -18,6 +18,7 @@ are "blocking" and make `convert` exit 2 naming them. Standard library + the rec
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Any
 
 from .table import DROPPED, Conversion
@@ -367,7 +368,13 @@ def _training(conv: Conversion, out: dict, training: dict, algorithm: str, data:
     elif "gradient_checkpointing" in training:
         conv.add("training.gradient_checkpointing", "training.activation_checkpointing",
                  "on by posttrain's default (non-reentrant, as FAI-RL set it); transformers 5's name")
-    if training.get("deepspeed_config"):
+    stage = _zero_stage(training.get("deepspeed_config"))
+    if stage and schema_has("training.distributed"):
+        t["distributed"] = stage
+        conv.add("training.deepspeed_config", f"training.distributed={stage}",
+                 f"posttrain's own {stage} settings instead of FAI-RL's JSON (told apart by its file name); "
+                 "write training.deepspeed: PATH to keep the JSON")
+    elif training.get("deepspeed_config"):
         t["deepspeed"] = training["deepspeed_config"]
         conv.add("training.deepspeed_config", "training.deepspeed",
                  "the same DeepSpeed JSON, passed to TRL as FAI-RL did; launch with `accelerate launch` or `deepspeed` "
@@ -386,6 +393,14 @@ def _training(conv: Conversion, out: dict, training: dict, algorithm: str, data:
         for key in ("beta", "epsilon", "epsilon_high", "steps_per_generation", "importance_sampling_level"):
             if key in training:
                 conv.add(f"training.{key}", note=f"FAI-RL's {algorithm} trainer never passed it to TRL")
+
+
+def _zero_stage(path) -> str | None:
+    """FAI-RL's DeepSpeed configs are named by stage (configs/deepspeed/zero3_config.json); ZeRO-1 has no preset."""
+    name = PurePosixPath(str(path)).name.lower() if path else ""
+    if "zero3" in name:
+        return "zero3_offload" if "offload" in name else "zero3"
+    return "zero2" if "zero2" in name else None
 
 
 def _precision(conv: Conversion, t: dict, training: dict) -> None:
