@@ -1,6 +1,7 @@
 """GRPO and GSPO through the real CLI on a tiny model: live KL, presets, prompt length, rewards, telemetry."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,9 @@ def grpo(cli, out: Path, *overrides, recipe="recipes/grpo/tiny-cpu.yaml", env=No
     args = ["train", "--recipe", recipe, f"training.output_dir={out}", *GRPO_ARGS]
     if data_dir is not None:
         args.append(f"data.datasets[0].name={data_dir / 'problems.jsonl'}")
-    result = cli(*args, *overrides, env={"PYTHONPATH": str(HERE), **(env or {})})
+    # keep an outer PYTHONPATH (a worktree's src) ahead of the installed package
+    pythonpath = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    result = cli(*args, *overrides, env={"PYTHONPATH": pythonpath, **(env or {})})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 
@@ -102,3 +105,37 @@ def test_http_reward_service_that_fails_first(cli, tmp_path, data_dir):
     for path in (tmp_path / "run").rglob("*"):
         if path.is_file() and path.suffix in (".json", ".jsonl", ".yaml", ".md"):
             assert "sk-e2e-secret" not in path.read_text()
+
+
+def test_shipped_tiny_recipe_says_it_cannot_learn_and_stops_with_a_checkpoint(cli, tmp_path, data_dir):
+    """recipes/grpo/tiny-cpu.yaml as shipped (rewards a random model never earns, stop_on
+    no_learning_signal); only the window and completion length shortened to keep the test fast."""
+    out = tmp_path / "tiny"
+    result = cli("train", "--recipe", "recipes/grpo/tiny-cpu.yaml", f"training.output_dir={out}",
+                 f"data.datasets[0].name={data_dir / 'problems.jsonl'}", "training.health_window=2",
+                 "training.max_completion_length=8")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "health: no_learning_signal (steps 1-2)" in result.stdout
+    assert "stopping at step 2 (training.stop_on: no_learning_signal)" in result.stdout
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert summary["global_step"] == 2 and summary["stopped_by"] == "no_learning_signal"
+    assert [f["name"] for f in summary["health"]] == ["no_learning_signal", "all_truncated"]  # 8 tokens: every answer cut
+    assert (out / "checkpoint-2" / "model.safetensors").is_file()  # saved where it stopped
+    report = cli("report", str(out))
+    assert report.returncode == 0 and "no_learning_signal (steps 1-2)" in report.stdout
+
+
+def test_learning_run_is_healthy_and_measures_its_speed(beta_runs):
+    summary = json.loads((beta_runs / "default" / "run_summary.json").read_text())
+    assert summary["health"] == [] and summary["stopped_by"] is None
+    speed = summary["speed"]
+    assert speed["tokens_per_s"] > 0 and speed["samples_per_s"] > 0
+    # generation + scoring + training add up to the step time
+    assert speed["generation_s"] > 0 and speed["scoring_s"] > 0 and speed["training_s"] > 0
+    assert speed["generation_s"] + speed["scoring_s"] + speed["training_s"] == pytest.approx(speed["step_s"], rel=0.01)
+    records = [r for r in metrics(beta_runs / "default") if "loss" in r]
+    assert all(r["speed/tokens_per_s"] > 0 and r["time/generation_s"] > 0 for r in records[1:])
+    # tokens/s is TRL's non-padding token count over step time
+    tokens = [r["num_tokens"] for r in records]
+    assert records[1]["speed/tokens_per_s"] == pytest.approx((tokens[1] - tokens[0]) / (records[1]["step_time"]), rel=0.25)
+    assert "health/empty_think_frac" in records[0]

@@ -32,4 +32,9 @@ def reward_functions(training) -> list:
 def build_trainer(run):
     from trl import GRPOTrainer
 
-    return GRPOTrainer(reward_funcs=reward_functions(run.loaded_recipe.recipe.training), **run.trainer_kwargs())
+    trainer = GRPOTrainer(reward_funcs=reward_functions(run.loaded_recipe.recipe.training), **run.trainer_kwargs())
+    if run.monitor is not None and run.monitor.timers is not None:
+        from .monitor import attach_timers
+
+        attach_timers(trainer, run.monitor.timers)  # generation / scoring split and empty <think> share
+    return trainer

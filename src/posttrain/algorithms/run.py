@@ -23,6 +23,7 @@ from posttrain.storage.run_storage import run_storage, use_s3_settings_for_sourc
 
 from . import dpo, grpo, sft
 from .callbacks import MetricsFile, RecipeInCheckpoints
+from .monitor import RunMonitor, StepTimers
 from .output_lock import LOCK_NAME, OutputDirLock
 from .recipe_history import checkpoint_recipe, recipe_changes, render, write_history
 from .resume import checkpoint_problem, checkpoint_step, newest_complete_checkpoint
@@ -45,6 +46,7 @@ class Run:
     resume_from: Path | None = None  # the checkpoint training continues from
     storage: object = None  # NoStorage or S3RunStorage
     lock: OutputDirLock | None = None  # held by the main process for the whole run
+    monitor: RunMonitor | None = None  # speed + health; RL trainers attach its timers
 
     def trainer_kwargs(self) -> dict:
         """What every TRL trainer takes; algorithm modules add their own (reward functions, ...)."""
@@ -215,14 +217,32 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
         (output_dir / "trl_config.json").write_text(trl_config.to_json_string())
         keep_metrics(output_dir / "metrics.jsonl", checkpoint_step(resume_from) if resume_from else 0)
 
-    callbacks = [MetricsFile(output_dir / "metrics.jsonl"), RecipeInCheckpoints(output_dir, recipe_text), *storage.callbacks()]
+    monitor = make_monitor(recipe, loaded, trl_config)
+    # monitor first: it adds speed/health keys to the record MetricsFile writes
+    callbacks = [monitor, MetricsFile(output_dir / "metrics.jsonl"), RecipeInCheckpoints(output_dir, recipe_text), *storage.callbacks()]
     if training.early_stopping_patience is not None:
         from transformers import EarlyStoppingCallback
 
         callbacks.append(EarlyStoppingCallback(training.early_stopping_patience, training.early_stopping_threshold or 0.0))
     run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, lora_config(recipe.model), output_dir, callbacks, reports,
-              resume_from, storage, lock)
+              resume_from, storage, lock, monitor)
     return run, TRAINERS[training.algorithm](run)
+
+
+def make_monitor(recipe, loaded: LoadedModel, trl_config) -> RunMonitor:
+    """Speed and health watching for this run (see posttrain.algorithms.monitor)."""
+    from posttrain.monitoring.speed import device_peak, world_size
+    from posttrain.recipe.schema import RL_ALGORITHMS
+
+    training = recipe.training
+    rl = training.algorithm in RL_ALGORITHMS
+    precision = "bf16" if trl_config.bf16 else "fp16" if trl_config.fp16 else "fp32"
+    peak, source = device_peak(precision)
+    samples = trl_config.per_device_train_batch_size * trl_config.gradient_accumulation_steps * world_size()
+    return RunMonitor(algorithm=training.algorithm, window=training.health_window, stop_on=list(training.stop_on),
+                      max_completion_length=getattr(trl_config, "max_completion_length", None) if rl else None,
+                      samples_per_step=samples, peak=peak, peak_source=source,
+                      timers=StepTimers() if rl else None, log=log)
 
 
 def resume_point(value, output_dir: Path, storage) -> Path | None:
@@ -314,6 +334,7 @@ def _write_summary(run: Run, result, seconds: float) -> None:
         "wall_seconds": round(seconds, 2),
         "data": [r.render() for r in run.data_reports],
         "model_notes": run.loaded.notes,
+        **(run.monitor.summary() if run.monitor else {}),
     }
     (run.output_dir / "run_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 

@@ -22,6 +22,12 @@ CORE_METRICS = [
     ("kl", "KL"),
     ("clip_ratio/region_mean", "clip ratio"),
     ("loss", "loss"),
+    ("speed/tokens_per_s", "tokens/s (non-padding)"),
+    ("speed/samples_per_s", "samples/s"),
+    ("time/generation_s", "generation s/step"),
+    ("time/scoring_s", "scoring s/step"),
+    ("time/training_s", "training s/step"),
+    ("speed/mfu", "MFU"),
 ]
 
 
@@ -31,6 +37,9 @@ class RunMetrics:
     path: Path
     records: list[dict]
     beta: float | None
+    summary: dict | None = None  # run_summary.json, once the run has finished
+    algorithm: str | None = None
+    window: int = 10
 
     @property
     def max_step(self) -> int:
@@ -44,8 +53,57 @@ def load_run(path: Path) -> RunMetrics:
     records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     records = [r for r in records if "train_runtime" not in r]  # the final summary record
     config = path / "trl_config.json"
-    beta = json.loads(config.read_text()).get("beta") if config.is_file() else None
-    return RunMetrics(path.name, path, records, beta)
+    trl = json.loads(config.read_text()) if config.is_file() else {}
+    summary_path = path / "run_summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+    algorithm = (summary or {}).get("algorithm") or ("grpo" if "num_generations" in trl else None)
+    return RunMetrics(path.name, path, records, trl.get("beta"), summary, algorithm, _health_window(path))
+
+
+def _health_window(path: Path) -> int:
+    """training.health_window from the run's resolved_recipe.yaml (10 when absent)."""
+    try:
+        import yaml
+
+        recipe = yaml.safe_load((path / "resolved_recipe.yaml").read_text()) or {}
+        return int(recipe.get("training", {}).get("health_window") or 10)
+    except (OSError, ValueError, TypeError, AttributeError, ImportError):
+        return 10
+
+
+def run_health(run: RunMetrics) -> list:
+    """The run's health flags, recomputed from metrics.jsonl (so a run still going, or one that
+    crashed, gets them too) with the run's own window."""
+    from posttrain.monitoring.health import check_health
+
+    max_len = None
+    config = run.path / "trl_config.json"
+    if config.is_file():
+        max_len = json.loads(config.read_text()).get("max_completion_length")
+    return check_health(run.records, algorithm=run.algorithm or "sft", window=run.window, max_completion_length=max_len)
+
+
+def render_health_and_speed(runs: list[RunMetrics]) -> str:
+    """Per run: the health section and the speed summary (from run_summary.json when finished)."""
+    from posttrain.monitoring.health import render_health
+
+    lines = ["## health", ""]
+    for run in runs:
+        lines.append(render_health(run_health(run), title=f"- {run.name}", algorithm=run.algorithm or "sft").replace("\n  - ", "\n    - "))
+        if run.summary and run.summary.get("stopped_by"):
+            lines.append(f"    stopped early by training.stop_on: {run.summary['stopped_by']} at step {run.summary.get('global_step')}")
+    lines += ["", "## speed (whole run)", "", "| run | tokens/s | samples/s | s/step | generation | scoring | training | MFU | peak |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        speed = (run.summary or {}).get("speed") or {}
+        cells = [_cell(speed.get(k)) for k in ("tokens_per_s", "samples_per_s", "step_s", "generation_s", "scoring_s", "training_s")]
+        mfu = speed.get("mfu")
+        cells.append("-" if mfu is None else f"{100 * mfu:.3g}%")
+        cells.append(speed.get("peak", "-"))
+        lines.append(f"| {run.name} | " + " | ".join(cells) + " |")
+    lines += ["", "tokens/s: non-padding tokens trained per second of step time; generation/scoring/training: seconds per "
+              "step (RL); MFU: training FLOPs (6N per token, 4N + 2N_trainable with LoRA) over the peak.", ""]
+    return "\n".join(lines)
 
 
 def metric_keys(runs: list[RunMetrics]) -> list[tuple[str, str]]:
@@ -95,6 +153,7 @@ def render(runs: list[RunMetrics], bins: int) -> str:
     notes = [f"- {run.name}: beta={run.beta}, no KL term and no KL metric (TRL logs none with beta=0)" for run in runs if run.beta == 0]
     if notes:
         lines += ["Notes:", *notes, ""]
+    lines.append(render_health_and_speed(runs))
     return "\n".join(lines)
 
 

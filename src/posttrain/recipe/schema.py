@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, StrictBool, StrictInt, create_model, model_validator
 
+from posttrain.monitoring.health import ALL_RUN_FLAGS, FLAGS
+
 from .ranges import range_for
 from .trl_fields import trl_fields
 
@@ -322,6 +324,16 @@ class TrainingBase(Section):
         "evaluations. Needs evaluation data, eval_strategy and load_best_model_at_end=true.",
     )
     early_stopping_threshold: float | None = Field(None, ge=0.0, description="Smallest change that counts as an improvement (with early_stopping_patience).")
+    stop_on: list[Literal[tuple(FLAGS)]] = Field(
+        default_factory=list,
+        description="Health flags that stop the run (saving a checkpoint where it stops), e.g. [no_learning_signal]: "
+        "every flag is always checked and printed; these also end the run. See README 'Run health' for each flag's threshold.",
+    )
+    health_window: StrictInt = Field(
+        10, ge=1,
+        description="Steps a windowed health condition must hold before its flag fires (no_learning_signal, all_truncated, "
+        "length and entropy collapse, empty_think), and the early/late span the reward_divergence check compares.",
+    )
     resume_from_checkpoint: Literal["auto", False] | str | None = Field(
         None,
         description="'auto' (posttrain's default): continue from the newest complete checkpoint in output_dir, if there is one, so a "
@@ -346,6 +358,10 @@ class TrainingBase(Section):
                 out.append((f"training.{kind}_steps", f"is only read with training.{kind}_strategy=steps, but that is "
                             f"{strategy!r}, so it would do nothing; set {kind}_strategy=steps or remove {kind}_steps (an override: "
                             f"training.{kind}_steps=null)."))
+        rl_only = [f for f in self.stop_on if f not in ALL_RUN_FLAGS]
+        if rl_only and self._family != "grpo":
+            out.append(("training.stop_on", f"{', '.join(rl_only)} watch(es) GRPO/GSPO telemetry and would never fire in a "
+                        f"{self._family} run; keep only {', '.join(ALL_RUN_FLAGS)} here."))
         if v("bf16") and v("fp16"):
             out.append(("training.fp16", "bf16 and fp16 are both true; choose one."))
         if v("load_best_model_at_end") and v("save_strategy") != "best":

@@ -1,0 +1,178 @@
+"""The run watching itself: speed metrics and health checks added to every log record as it happens.
+
+`RunMonitor` sits before `MetricsFile` in the callback list, so what it adds to a log record
+(``speed/*``, ``time/*``, ``health/*``) lands in metrics.jsonl. After every log it re-runs the health
+checks (`posttrain.monitoring.health`) on the records so far, prints each flag the first time it
+fires, and, when the flag is in ``training.stop_on``, stops the run and saves a checkpoint there.
+At the end it prints the health section; `summary()` goes into run_summary.json.
+
+`StepTimers` is filled by the GRPO trainer's wrapped generation and reward methods
+(`attach_timers`): seconds spent generating and scoring, and the share of empty <think> blocks.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from transformers import TrainerCallback
+
+from posttrain.monitoring.health import EMPTY_THINK_KEY, check_health, empty_think_share, render_health
+from posttrain.monitoring.speed import flops_per_token, mfu
+
+
+@dataclass
+class StepTimers:
+    generation_s: float = 0.0
+    scoring_s: float = 0.0
+    empty_think: list = field(default_factory=list)
+
+    def take(self) -> tuple[float, float, float | None]:
+        """(generation seconds, scoring seconds, mean empty-think share) since the last take."""
+        out = (self.generation_s, self.scoring_s, sum(self.empty_think) / len(self.empty_think) if self.empty_think else None)
+        self.generation_s = self.scoring_s = 0.0
+        self.empty_think = []
+        return out
+
+
+def attach_timers(trainer, timers: StepTimers) -> None:
+    """Time TRL's GRPOTrainer._generate (generation) and _calculate_rewards (scoring) on this trainer
+    instance; the reward call also measures empty <think> blocks in the completions it scores.
+    Both are TRL 1.x private methods: if one is missing the split is simply not logged."""
+    generate = getattr(trainer, "_generate", None)
+    rewards = getattr(trainer, "_calculate_rewards", None)
+    if generate is None or rewards is None:
+        return
+
+    def timed_generate(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            timers.generation_s += time.perf_counter() - started
+
+    def timed_rewards(inputs, prompts, completions, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return rewards(inputs, prompts, completions, *args, **kwargs)
+        finally:
+            timers.scoring_s += time.perf_counter() - started
+            timers.empty_think.append(empty_think_share(completions))
+
+    trainer._generate = timed_generate
+    trainer._calculate_rewards = timed_rewards
+
+
+class RunMonitor(TrainerCallback):
+    def __init__(self, *, algorithm: str, window: int, stop_on: list[str], max_completion_length: int | None,
+                 samples_per_step: int, peak: float | None, peak_source: str,
+                 timers: StepTimers | None = None, log=print):
+        self.algorithm, self.window, self.stop_on = algorithm, window, set(stop_on)
+        self.max_completion_length = max_completion_length
+        self.flops_per_token = 0  # set at on_train_begin from the model the trainer really trains (PEFT-wrapped or not)
+        self.samples_per_step, self.peak, self.peak_source = samples_per_step, peak, peak_source
+        self.timers = timers
+        self.log = log
+        self.records: list[dict] = []
+        self.flags: list = []
+        self.stopped_by: str | None = None
+        self._step_started = None
+        self._interval_s = 0.0
+        self._interval_steps = 0
+        self._last_tokens: float | None = None
+        self.totals = {"step_s": 0.0, "steps": 0, "tokens": 0.0, "token_s": 0.0, "generation_s": 0.0, "scoring_s": 0.0}
+
+    # -- timing -----------------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._last_tokens = 0.0 if state.global_step == 0 else None  # after a resume, the first interval is skipped
+        model = kwargs.get("model")
+        if model is not None:
+            params = sum(p.numel() for p in model.parameters())
+            trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+            self.flops_per_token = flops_per_token(params, trainable)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._step_started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._step_started is not None:
+            self._interval_s += time.perf_counter() - self._step_started
+            self._interval_steps += 1
+            self._step_started = None
+
+    # -- every log record -------------------------------------------------------------------
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "train_runtime" in logs or any(k.startswith("eval_") for k in logs):
+            return
+        self._add_speed(logs, state)
+        self.records.append({"step": state.global_step, **logs})
+        self.flags = check_health(self.records, algorithm=self.algorithm, window=self.window,
+                                  max_completion_length=self.max_completion_length)
+        seen = getattr(self, "_announced", set())
+        for flag in self.flags:
+            if flag.name not in seen:
+                seen.add(flag.name)
+                if state.is_world_process_zero:
+                    self.log(f"health: {flag.render()}")
+                if flag.name in self.stop_on and self.stopped_by is None:
+                    self.stopped_by = flag.name
+                    control.should_training_stop = True
+                    control.should_save = True
+                    if state.is_world_process_zero:
+                        self.log(f"stopping at step {state.global_step} (training.stop_on: {flag.name}); "
+                                 f"a checkpoint is saved here")
+        self._announced = seen
+        return control
+
+    def _add_speed(self, logs: dict, state) -> None:
+        seconds, steps = self._interval_s, self._interval_steps
+        self._interval_s, self._interval_steps = 0.0, 0
+        tokens = logs.get("num_tokens")
+        if not isinstance(tokens, (int, float)):
+            tokens = state.num_input_tokens_seen or None
+        if seconds > 0 and steps:
+            logs["speed/samples_per_s"] = round(self.samples_per_step * steps / seconds, 4)
+            self.totals["step_s"] += seconds
+            self.totals["steps"] += steps
+            if tokens is not None and self._last_tokens is not None and tokens >= self._last_tokens:
+                rate = (tokens - self._last_tokens) / seconds
+                logs["speed/tokens_per_s"] = round(rate, 2)
+                self.totals["tokens"] += tokens - self._last_tokens
+                self.totals["token_s"] += seconds
+                value = mfu(self.flops_per_token, rate, self.peak) if self.flops_per_token else None
+                if value is not None:
+                    logs["speed/mfu"] = round(value, 6)
+        if tokens is not None:
+            self._last_tokens = float(tokens)
+        if self.timers is not None:
+            generation, scoring, empty = self.timers.take()
+            if steps:
+                logs["time/generation_s"] = round(generation / steps, 4)
+                logs["time/scoring_s"] = round(scoring / steps, 4)
+                logs["time/training_s"] = round(max(0.0, seconds - generation - scoring) / steps, 4)
+                self.totals["generation_s"] += generation
+                self.totals["scoring_s"] += scoring
+            if empty is not None:
+                logs[EMPTY_THINK_KEY] = round(empty, 4)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.log(render_health(self.flags, algorithm=self.algorithm))
+
+    # -- run_summary.json ---------------------------------------------------------------------
+    def summary(self) -> dict:
+        t = self.totals
+        speed = {"peak": self.peak_source}
+        if t["steps"]:
+            speed["samples_per_s"] = round(self.samples_per_step * t["steps"] / t["step_s"], 4)
+            speed["step_s"] = round(t["step_s"] / t["steps"], 4)
+        if t["token_s"]:
+            rate = t["tokens"] / t["token_s"]
+            speed["tokens_per_s"] = round(rate, 2)
+            if self.peak and self.flops_per_token:
+                speed["mfu"] = round(mfu(self.flops_per_token, rate, self.peak), 6)
+        if self.timers is not None and t["steps"]:
+            speed["generation_s"] = round(t["generation_s"] / t["steps"], 4)
+            speed["scoring_s"] = round(t["scoring_s"] / t["steps"], 4)
+            speed["training_s"] = round(max(0.0, t["step_s"] - t["generation_s"] - t["scoring_s"]) / t["steps"], 4)
+        return {"speed": speed, "health": [f.as_dict() for f in self.flags], "stopped_by": self.stopped_by}

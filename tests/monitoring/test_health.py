@@ -1,0 +1,134 @@
+"""Each health flag on synthetic metric streams: it fires where the condition holds long enough, at
+the right step range, and stays quiet on a healthy stream."""
+
+import math
+
+import pytest
+
+from posttrain.monitoring.health import FLAGS, check_health, empty_think_share, render_health
+
+
+def healthy(steps=30, **over):
+    """A GRPO stream that learns: rewards vary within groups, lengths and entropy stable, KL small."""
+    out = []
+    for s in range(1, steps + 1):
+        r = {"step": s, "loss": 0.01, "grad_norm": 0.5, "learning_rate": 1e-5 * (1 - s / (steps + 1)),
+             "frac_reward_zero_std": 0.4, "reward_std": 0.3, "completions/clipped_ratio": 0.1,
+             "completions/mean_length": 40.0, "entropy": 1.2, "kl": 0.01 * s / steps,
+             "rewards/answer_match/mean": 0.2 + 0.3 * s / steps, "rewards/format/mean": 0.5 + 0.3 * s / steps,
+             "health/empty_think_frac": 0.0}
+        for key, fn in over.items():
+            value = fn(s)
+            if value is not None:
+                r[key.replace("__", "/")] = value
+        out.append(r)
+    return out
+
+
+def names(flags):
+    return [f.name for f in flags]
+
+
+def test_healthy_stream_raises_nothing():
+    assert check_health(healthy(), window=5) == []
+    assert "no flag raised" in render_health([])
+
+
+def test_no_learning_signal_fires_after_window_with_step_range():
+    records = healthy(frac_reward_zero_std=lambda s: 1.0 if 8 <= s <= 20 else 0.3)
+    [flag] = check_health(records, window=5)
+    assert (flag.name, flag.first_step, flag.last_step) == ("no_learning_signal", 8, 20)
+    # a shorter streak than the window is not a flag
+    assert check_health(healthy(frac_reward_zero_std=lambda s: 1.0 if 8 <= s <= 11 else 0.3), window=5) == []
+
+
+def test_no_learning_signal_counts_steps_not_records_and_skips_missing():
+    # logging every 5 steps: 3 records cover steps 1-15
+    records = [{"step": s, "frac_reward_zero_std": 1.0} for s in (5, 10, 15)]
+    assert names(check_health(records, window=12)) == ["no_learning_signal"]
+    assert check_health(records, window=16) == []
+    # steps that reuse a generation log no reward: they neither break nor extend the streak
+    records = [{"step": s, **({"frac_reward_zero_std": 1.0} if s % 2 else {})} for s in range(1, 12)]
+    [flag] = check_health(records, window=10)
+    assert (flag.first_step, flag.last_step) == (1, 11)
+
+
+def test_no_signal_from_reward_std_when_frac_absent():
+    records = [{"step": s, "reward_std": 0.0} for s in range(1, 7)]
+    assert names(check_health(records, window=6)) == ["no_learning_signal"]
+
+
+def test_all_truncated():
+    records = healthy(completions__clipped_ratio=lambda s: 1.0 if s >= 10 else 0.5)
+    [flag] = check_health(records, window=5, max_completion_length=32)
+    assert (flag.name, flag.first_step, flag.last_step) == ("all_truncated", 10, 30)
+    assert "max_completion_length=32" in flag.detail
+
+
+def test_length_collapse_and_explosion():
+    collapse = healthy(completions__mean_length=lambda s: 40.0 if s < 15 else 5.0)
+    assert [(f.name, f.first_step) for f in check_health(collapse, window=5)] == [("length_collapse", 15)]
+    explode = healthy(completions__mean_length=lambda s: 40.0 if s < 15 else 200.0)
+    assert [(f.name, f.first_step) for f in check_health(explode, window=5)] == [("length_explosion", 15)]
+    # a 50% drop is ordinary learning, not a collapse
+    assert check_health(healthy(completions__mean_length=lambda s: 40.0 if s < 15 else 20.0), window=5) == []
+
+
+def test_entropy_collapse_needs_both_relative_and_absolute_drop():
+    records = healthy(entropy=lambda s: 1.2 if s < 20 else 0.01)
+    [flag] = check_health(records, window=5)
+    assert (flag.name, flag.first_step, flag.last_step) == ("entropy_collapse", 20, 30)
+    # low from the start (a model that was already confident) is not a collapse
+    assert check_health(healthy(entropy=lambda s: 0.02), window=5) == []
+
+
+def test_kl_past_bound_fires_on_one_step():
+    [flag] = check_health(healthy(kl=lambda s: 2.5 if s == 17 else 0.01), window=5)
+    assert (flag.name, flag.first_step, flag.last_step) == ("kl_past_bound", 17, 17)
+    assert "2.5" in flag.detail
+
+
+def test_reward_divergence_format_up_correctness_flat():
+    records = healthy(rewards__format__mean=lambda s: 0.1 + 0.8 * s / 30, rewards__answer_match__mean=lambda s: 0.05)
+    [flag] = check_health(records, window=5)
+    assert flag.name == "reward_divergence" and (flag.first_step, flag.last_step) == (1, 30)
+    assert "format rose" in flag.detail and "answer_match stayed flat" in flag.detail
+    falling = healthy(rewards__format__mean=lambda s: 0.1 + 0.8 * s / 30, rewards__answer_match__mean=lambda s: 0.5 - 0.3 * s / 30)
+    assert "answer_match fell" in check_health(falling, window=5)[0].detail
+    # too short a run to call a trend
+    assert check_health(records[:9], window=5) == []
+
+
+def test_empty_think():
+    records = healthy(health__empty_think_frac=lambda s: 0.9 if s > 12 else 0.0)
+    [flag] = check_health(records, window=5)
+    assert (flag.name, flag.first_step, flag.last_step) == ("empty_think", 13, 30)
+
+
+def test_empty_think_share():
+    assert empty_think_share(["<think> \n</think><answer>1</answer>", "<think>x</think>", "no tags"]) == pytest.approx(1 / 3)
+    assert empty_think_share([[{"role": "assistant", "content": "<think></think>"}]]) == 1.0
+    assert empty_think_share([]) == 0.0
+
+
+@pytest.mark.parametrize("bad", [float("nan"), "nan", "inf", float("-inf")])
+def test_nonfinite_loss(bad):
+    records = healthy(loss=lambda s: bad if s >= 22 else 0.1)
+    [flag] = check_health(records, window=5)
+    assert (flag.name, flag.first_step, flag.last_step) == ("nonfinite_loss", 22, 30)
+
+
+def test_zero_learning_rate_but_not_a_linear_schedule_ending_at_zero():
+    assert check_health(healthy(learning_rate=lambda s: 1e-5 * (30 - s)), window=5) == []  # 0 only at the last step
+    [flag] = check_health(healthy(learning_rate=lambda s: 0.0), window=5)
+    assert (flag.name, flag.first_step, flag.last_step) == ("zero_learning_rate", 1, 29)
+
+
+def test_rl_flags_do_not_apply_to_sft():
+    records = healthy(frac_reward_zero_std=lambda s: 1.0, loss=lambda s: math.inf if s == 3 else 1.0)
+    assert names(check_health(records, algorithm="sft", window=5)) == ["nonfinite_loss"]
+
+
+def test_every_documented_flag_is_tested_here():
+    source = open(__file__).read()
+    assert all(f'"{name}"' in source for name in FLAGS)
