@@ -76,6 +76,27 @@ PARSE_CASES = [
     ("fraction", "1/2", None),
     ("version", "1.2.3", None),
     ("glued_to_letter", "x2", None),
+    # LaTeX spellings (math models and datasets write these)
+    ("latex_negative_escaped_dollar", "-\\$452", D(-452)),
+    ("latex_escaped_dollar_then_sign", "\\$-452", D(-452)),
+    ("latex_escaped_dollar", "\\$1,400", D(1400)),
+    ("latex_brace_comma", "1{,}400", D(1400)),
+    ("latex_brace_comma_millions", "1{,}234{,}567.5", D("1234567.5")),
+    ("latex_brace_comma_with_dollar", "\\$1{,}400.00", D(1400)),
+    ("latex_brace_decimal_comma_is_malformed", "3{,}14", None),
+    ("latex_thin_space_group", "1\\,400", D(1400)),
+    ("unicode_thin_space_group", "1\u2009400", D(1400)),
+    ("unicode_narrow_nbsp_group", "12\u202f345\u202f678", D(12345678)),
+    ("latex_spacing_after_dollar", "-\\$\\,452", D(-452)),
+    ("latex_text_unit", "452\\text{ dollars}", D(452)),
+    ("latex_text_currency", "-\\text{\\$}452", D(-452)),
+    ("latex_mathrm_unit", "12\\,\\mathrm{cm}", D(12)),
+    ("latex_boxed", "\\boxed{1{,}400}", D(1400)),
+    ("latex_boxed_text_nested", "\\boxed{\\text{-}452}", D(-452)),
+    ("latex_math_mode", "$-452$", D(-452)),
+    ("latex_left_right", "\\left(-3\\right)", D(-3)),
+    ("latex_percent", "42\\%", D(42)),
+    ("latex_frac_unsupported", "\\frac{1}{2}", None),
 ]
 
 
@@ -91,6 +112,8 @@ LAST_NUMBER_CASES = [
     ("malformed_group_is_list", "values 1,40", D(40)),
     ("decimal_last", "about 2 or 2.75", D("2.75")),
     ("ignores_tags", "<answer>12</answer>", D(12)),
+    ("latex_group_last", "so the total is 1{,}400", D(1400)),
+    ("latex_negative_last", "she owes -\\$452", D(-452)),
     ("no_number", "no digits here", None),
     ("none", None, None),
 ]
@@ -138,6 +161,15 @@ def test_extract_answer(completion, expected):
 )
 def test_extract_gsm8k_gold(field, expected):
     assert extract_gsm8k_gold(field) == expected
+
+
+def test_latex_signs_and_separators_decide_strict_and_loose_scores():
+    # the false strict credit: "-\\$452" is minus 452, not a correct 452
+    assert not strict_correct("<answer>-\\$452</answer>", "452")
+    assert strict_correct("<answer>-\\$452</answer>", "-452")
+    assert strict_correct("<answer>1{,}400</answer>", "1400") and not strict_correct("<answer>1{,}400</answer>", "400")
+    assert loose_correct("7 * 200 = 1{,}400", 1400) and not loose_correct("7 * 200 = 1{,}400", 400)
+    assert strict_correct("<answer>1400</answer>", "#### 1{,}400")  # LaTeX in the gold answer too
 
 
 def test_unparseable_gold_is_a_data_error_not_a_wrong_answer():

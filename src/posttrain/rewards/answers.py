@@ -23,8 +23,15 @@ Number rules (``parse_number`` / ``last_number``):
   comma-separated list (``"1,40"`` -> last number 40).
 * ``parse_number`` returns ``None`` when the text holds no number or two *different* numbers
   (``"3 or 4"``, ``"2+3=5"``); repeating the same value is fine (``"1,400 ($1400.00)"`` -> 1400).
-* Not supported (parsed as separate numbers, hence ambiguous): fractions ``1/2``, scientific
-  notation, spaces as thousands separators.
+* LaTeX, as math models and datasets write numbers (normalised first, see ``_LATEX_RULES``):
+  ``\\$`` is a dollar sign (``-\\$452`` -> -452); ``{,}``, ``\\,`` and the thin spaces U+2009 /
+  U+202F between digits are thousands separators under the comma's grouping rule (``1{,}400`` ->
+  1400, ``1\\,234\\,567`` -> 1234567; ``3{,}14``, a European decimal comma, is malformed like
+  ``3,14``); other LaTeX spacing (``\\;``, ``\\:``, ``\\!``, ``\\ ``) is a space; ``\\text{...}``,
+  ``\\mathrm{...}``, ``\\textbf{...}``, ``\\mathbf{...}``, ``\\mbox{...}`` and ``\\boxed{...}``
+  are replaced by their content, ``\\left`` / ``\\right`` dropped; ``\\%`` is ``%``.
+* Not supported (parsed as separate numbers, hence ambiguous): fractions ``1/2`` and
+  ``\\frac{1}{2}``, scientific notation, plain spaces as thousands separators.
 
 Tags are matched exactly and case-sensitively: ``<think>``, ``</think>``, ``<answer>``,
 ``</answer>`` -- the format the prompt asks for.
@@ -62,6 +69,31 @@ _NUMBER_RE = re.compile(
 )
 _GROUPED_RE = re.compile(r"[0-9]{1,3}(?:,[0-9]{3})+")
 
+# LaTeX spellings of what the number rules above already understand, rewritten before scanning
+# (order matters: separators between digits first, then the remaining spacing commands).
+_LATEX_RULES = [
+    (re.compile(r"\\\$"), "$"),  # escaped dollar: -\$452, \$1,400
+    (re.compile(r"\\%"), "%"),
+    (re.compile(r"(?<=[0-9])(?:\{,\}|\\,|[\u2009\u202f])(?=[0-9])"), ","),  # 1{,}400, 1\,400, 1 400
+    (re.compile(r"\\[,;:! ]"), " "),  # other LaTeX spacing: -\$\,452
+    (re.compile(r"\\(?:left|right)(?![A-Za-z])"), ""),
+]
+_LATEX_WRAPPER_RE = re.compile(r"\\(?:text|mathrm|textrm|textbf|mathbf|mbox|boxed)\s*\{([^{}]*)\}")
+
+
+def _normalise(text: str) -> str:
+    """``text`` with unicode minus signs and LaTeX number spellings rewritten (module docstring)."""
+    text = text.translate(_MINUS_SIGNS)
+    if "\\" not in text and "{" not in text and "\u2009" not in text and "\u202f" not in text:
+        return text
+    for pattern, replacement in _LATEX_RULES:
+        text = pattern.sub(replacement, text)
+    for _ in range(3):  # nested wrappers: \boxed{\text{...}}
+        text, found = _LATEX_WRAPPER_RE.subn(r"\1", text)
+        if not found:
+            break
+    return text
+
 
 def _scan(text: str) -> list[tuple[list[Decimal], bool]]:
     """Every number token in ``text`` as (values, well_formed).
@@ -71,7 +103,7 @@ def _scan(text: str) -> list[tuple[list[Decimal], bool]]:
     still read it as a list.
     """
     tokens = []
-    for match in _NUMBER_RE.finditer(text.translate(_MINUS_SIGNS)):
+    for match in _NUMBER_RE.finditer(_normalise(text)):
         negative = "-" in match["sign"] + match["sign2"]
         body = match["body"]
         integer_part = body.partition(".")[0]
