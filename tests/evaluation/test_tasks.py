@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from posttrain.data.synthetic import problems
+from posttrain.data.synthetic import is_held_out, problems
 from posttrain.errors import UserError
 from posttrain.evaluation.prompts import CHOICE_SYSTEM_PROMPT, MATH_SYSTEM_PROMPT, math_prompt
-from posttrain.evaluation.tasks import TRAINING_PREFIX, get_task, load_task, select_items
+from posttrain.evaluation.tasks import get_task, load_task, select_items
 
 
 def write_jsonl(path, rows):
@@ -107,15 +107,20 @@ def test_arithmetic_is_deterministic_nested_and_disjoint_from_training_seed_0():
     small = load_task("arithmetic", n=10)
     assert {i["id"] for i in small} <= {i["id"] for i in a}  # a smaller n is a subset
     assert {i["question"] for i in load_task("arithmetic", n=40, data_seed=99)} != {i["question"] for i in a}
+    answers = {p["question"]: str(p["answer"]) for p in problems(200, 1234, held_out=True)}
+    assert all(answers[i["question"]] == i["gold"] for i in a)
 
-    training = {p["question"] for p in problems(TRAINING_PREFIX, 0)}
-    held_out = load_task("arithmetic", n=500)
-    assert not training & {i["question"] for i in held_out}
-    answers = {p["question"]: str(p["answer"]) for p in problems(2000, 1234)}
-    assert all(answers[i["question"]] == i["gold"] for i in held_out if i["question"] in answers)
 
-    with pytest.raises(UserError, match="--data-seed 0 is the seed of the synthetic training data"):
-        load_task("arithmetic", n=5, data_seed=0)
+def test_arithmetic_never_overlaps_training_problems_at_30000_or_from_other_seeds():
+    """Before the reserved share, 14 of 500 held-out questions were among 30,000 seed-0 problems."""
+    training = {p["question"] for p in problems(30_000, 0)}
+    for data_seed in (1234, 99, 0):
+        held_out = {i["question"] for i in load_task("arithmetic", n=500, data_seed=data_seed)}
+        assert len(held_out) == 500 and not training & held_out, data_seed
+    assert not any(is_held_out(q) for q in training)
+    assert not {p["question"] for p in problems(5_000, 7)} & {i["question"] for i in load_task("arithmetic", n=500)}
+    # the training stream is still one stream: a shorter list is a prefix of a longer one
+    assert problems(100, 0) == problems(30_000, 0)[:100]
 
 
 def test_n_selects_the_same_seeded_shuffle_and_rejects_impossible_sizes():

@@ -49,7 +49,7 @@ def _shared_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default=None, help="local .jsonl/.json/.csv/.parquet file instead of the hub (gsm8k: question/answer; mmlu: question/choices/answer; custom: see --prompt-column)")
     p.add_argument("--prompt-column", default="prompt", help="custom task: column with the question text or chat messages (default: prompt)")
     p.add_argument("--answer-column", default="answer", help="custom task: column with the numeric gold answer (default: answer)")
-    p.add_argument("--data-seed", type=int, default=None, help="arithmetic task: generator seed (default 1234; 0 is the training data's seed and is refused)")
+    p.add_argument("--data-seed", type=int, default=None, help="arithmetic task: generator seed (default 1234); any seed draws only from the questions training data never holds")
     p.add_argument("--seed", type=int, default=0, help="seed of the item shuffle and of sampling (default 0)")
     p.add_argument("--max-new-tokens", type=int, default=512, help="generation budget per answer, in tokens (default 512)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy, the default: deterministic answers make the paired test exact")

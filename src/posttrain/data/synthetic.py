@@ -8,11 +8,20 @@ writes `sft.jsonl` (prompt/completion), `messages.jsonl` (chats), `text.jsonl` (
 (prompt/chosen/rejected: the right worked answer preferred over one with a wrong result) and
 `tool_calls.jsonl` (OpenAI-format chats in which the assistant calls a calculator tool, with the
 tool's schema in a `tools` column).
+
+Held-out problems: the problem space is small (mostly the ~50,000 distinct multiplication stories),
+so two seeds' streams collide, and a long enough stream of any seed holds every question. Seeds
+alone can therefore never keep evaluation items out of training data. Instead 1 question in
+HELD_OUT_SHARE (chosen by a hash of its text, so the split is the same on every machine and for
+every seed) is reserved: `problems()` never returns a reserved question, `problems(...,
+held_out=True)` returns only reserved ones (the `arithmetic` evaluation task draws from these). The
+two sets are disjoint at any size and any seeds.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 from pathlib import Path
@@ -76,9 +85,30 @@ def tool_chat(p: dict) -> dict:
     }
 
 
-def problems(n: int, seed: int) -> list[dict]:
+HELD_OUT_SHARE = 16  # 1 question in 16 is reserved for evaluation
+
+
+def is_held_out(question: str) -> bool:
+    """Whether ``question`` is in the share of the problem space reserved for evaluation."""
+    return hashlib.sha256(question.encode()).digest()[0] % HELD_OUT_SHARE == 0
+
+
+def problem_stream(seed: int, *, held_out: bool = False):
+    """(draw index, problem) for the problems of ``seed``'s stream on one side of the held-out split."""
     rng = random.Random(seed)
-    return [problem(rng) for _ in range(n)]
+    draw = 0
+    while True:
+        p = problem(rng)
+        if is_held_out(p["question"]) == held_out:
+            yield draw, p
+        draw += 1
+
+
+def problems(n: int, seed: int, *, held_out: bool = False) -> list[dict]:
+    """The first ``n`` training problems of ``seed`` (a shorter list is a prefix of a longer one);
+    ``held_out=True``: the first ``n`` reserved ones instead. Repeats are possible within a list."""
+    stream = problem_stream(seed, held_out=held_out)
+    return [next(stream)[1] for _ in range(n)]
 
 
 def write_all(out_dir: Path, n: int = 200, seed: int = 0) -> dict[str, Path]:
