@@ -104,6 +104,11 @@ def test_eval_reaches_the_endpoint_with_the_flags_and_caches_per_endpoint(server
     # Back to a: everything from the cache, no request sent.
     assert posttrain_main([*common, "--base-url", a.base_url, "--out", str(tmp_path / "a2")]) == 0
     assert len(a.requests) == 4
+    # credentials in --base-url never reach report files
+    url = a.base_url.replace("http://", "http://bob:pw-SECRET@") + "?api_key=SECRET2"
+    assert posttrain_main([*common, "--base-url", url, "--out", str(tmp_path / "a3")]) == 0
+    written = "".join(p.read_text() for p in (tmp_path / "a3").glob("summary.*"))
+    assert "bob:***@" in written and "SECRET" not in written
     # --on-error fail (the default) stops at b's failing item with exit 2.
     assert posttrain_main([*common, "--base-url", b.base_url, "--no-cache", "--out", str(tmp_path / "b2")]) == 2
 

@@ -83,3 +83,31 @@ def test_yaml_no_is_read_as_the_word_for_choice_fields():
     loaded = load_recipe(None, ["training.eval_strategy=no", "training.save_strategy=no"], raw=recipe())
     assert (loaded.recipe.training.eval_strategy, loaded.recipe.training.save_strategy) == ("no", "no")
     assert "not valid: expected boolean" in error_of(recipe(), ["model.use_lora=no-thanks"])
+
+
+def test_http_reward_headers_and_url_credentials_are_redacted(tmp_path, capsys):
+    """The http reward's headers (any name: they carry credentials) and user:password@ / ?api_key=
+    in URLs never reach the resolved recipe, `validate`'s output or a recorded command line."""
+    from posttrain.cli import main
+    from posttrain.recipe.load import redact_overrides
+
+    reward = {"name": "http", "url": "http://bob:pw-SECRET-1@127.0.0.1:9/score?api_key=SECRET-2&v=1",
+              "headers": {"Authorization": "Bearer SECRET-3", "X-Team-Token": "SECRET-4"}}
+    raw = recipe(training={"algorithm": "grpo", "rewards": [{"name": "answer_match"}, reward], "num_generations": 2,
+                           "per_device_train_batch_size": 2})
+    resolved = resolved_dict(load_recipe(None, raw=raw).recipe)
+    assert "SECRET" not in str(resolved)
+    http = resolved["training"]["rewards"][1]
+    assert http["headers"] == {"Authorization": "***", "X-Team-Token": "***"}
+    assert http["url"] == "http://bob:***@127.0.0.1:9/score?api_key=***&v=1"
+
+    import yaml
+
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump({**raw, "training": {**raw["training"], "rewards": [{"name": "answer_match"}]}}))
+    override = 'training.rewards[1]={name: http, url: "http://127.0.0.1:9/s", headers: {X-Api-Key: SECRET-5}}'
+    assert main(["validate", str(path), override, "training.rewards[1].headers.Cookie=SECRET-6", "--schema-only"]) == 0
+    out = capsys.readouterr()
+    assert "SECRET" not in out.out + out.err and "X-Api-Key: '***'" in out.out
+    assert redact_overrides([override, "training.rewards[1].headers.Cookie=SECRET-6", "training.max_steps=3"]) == \
+        ["training.rewards[1]=***", "training.rewards[1].headers.Cookie=***", "training.max_steps=3"]

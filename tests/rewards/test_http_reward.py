@@ -146,3 +146,11 @@ def test_a_huge_retry_after_is_capped(scorer):
     start = time.perf_counter()
     assert get_reward("http", url=server.url, retries=1, backoff=0.01, retry_after_max=0.3)(["5"], answer=["5"]) == [1.0]
     assert 0.3 <= time.perf_counter() - start < 3
+
+
+def test_failure_messages_hide_credentials_in_the_url():
+    from posttrain.rewards.http import RewardServiceError, http_reward
+
+    with pytest.raises(RewardServiceError) as failure:
+        http_reward(["x"], url="http://bob:pw-SECRET@127.0.0.1:9/score?api_key=SECRET2", retries=0, timeout=2)
+    assert "SECRET" not in str(failure.value) and "http://bob:***@127.0.0.1:9/score?api_key=***" in str(failure.value)

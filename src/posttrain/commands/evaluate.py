@@ -279,8 +279,11 @@ def _finish(report: dict, args, out: Path, name: str, samples: Path) -> None:
     from posttrain import __version__
     from posttrain.evaluation.report import plot_accuracy, render_markdown
 
-    report["invocation"] = {"command": " ".join(["posttrain", *sys.argv[1:]]), "posttrain": __version__,
-                            "arguments": {k: v for k, v in vars(args).items() if k != "func"}}
+    from posttrain.secrets import redact_tree, redact_url
+
+    # --base-url may carry user:password@ or ?api_key=: never into report.json
+    report["invocation"] = {"command": redact_url(" ".join(["posttrain", *sys.argv[1:]])), "posttrain": __version__,
+                            "arguments": redact_tree({k: v for k, v in vars(args).items() if k != "func"})}
     markdown = render_markdown(report)
     (out / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / f"{name}.md").write_text(markdown)

@@ -7,6 +7,7 @@ from (the recipe file, an override, a posttrain default), what is wrong and how 
 from __future__ import annotations
 
 import copy
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from posttrain.secrets import REDACTED, SECRET_CONTAINERS, is_secret_key, redact_tree, redact_url
+
 from .defaults import defaults_for
 from . import yaml12
 from .errors import Problem, RecipeError, did_you_mean
@@ -24,8 +27,6 @@ from .overrides import apply_overrides, format_path
 from .schema import OWNED_ELSEWHERE, TRAINING_MODELS, Problems, Recipe
 from .trl_fields import trl_fields
 
-SECRET_KEYS = {"api_key", "hub_token", "token", "password", "secret_access_key"}
-REDACTED = "***"
 
 
 @dataclass
@@ -235,7 +236,7 @@ def resolved_dict(recipe: Recipe, redact: bool = True) -> dict:
     training = recipe.training
     values = training.model_dump(mode="json", include=training.model_fields_set - {"algorithm"})
     out["training"] = {"algorithm": training.algorithm, **dict(sorted(values.items()))}
-    return _redact(out) if redact else out
+    return redact_tree(out) if redact else out
 
 
 def _json(value):
@@ -243,21 +244,17 @@ def _json(value):
 
 
 def redact_overrides(items) -> list[str]:
-    """A command line with the values of secret overrides (tracking.api_key=...) replaced by ***."""
+    """A command line with the values of secret overrides (tracking.api_key=..., any
+    ...headers.NAME=... or headers={...}) replaced by ***, and credentials in URLs blanked."""
     out = []
     for item in items:
-        key, eq, _ = item.partition("=")
-        last = key.replace("]", "").split(".")[-1].split("[")[0]
-        out.append(f"{key}={REDACTED}" if eq and last in SECRET_KEYS else item)
+        key, eq, value = item.partition("=")
+        parts = [p for p in re.split(r"[.\[\]]", key) if p]
+        secret = eq and parts and (is_secret_key(parts[-1]) or any(p in SECRET_CONTAINERS for p in parts))
+        # a whole reward given as YAML ({name: http, headers: {...}}) can hold headers too
+        secret = secret or (eq and any(f"{c}:" in value or f"'{c}'" in value or f'"{c}"' in value for c in SECRET_CONTAINERS))
+        out.append(f"{key}={REDACTED}" if secret else redact_url(item) if eq else item)
     return out
-
-
-def _redact(node):
-    if isinstance(node, dict):
-        return {k: (REDACTED if k in SECRET_KEYS and v else _redact(v)) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_redact(v) for v in node]
-    return node
 
 
 def library_default(path_parts: list[str], recipe: Recipe):

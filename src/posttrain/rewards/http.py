@@ -28,6 +28,7 @@ from typing import Any
 
 from posttrain.net.http import HTTPStatusError, TransportError, is_retryable, retry_after_of, send
 from posttrain.net.retry import RetryPolicy, call_with_retries
+from posttrain.secrets import redact_url
 
 logger = logging.getLogger(__name__)
 NOT_DATA = {"trainer_state", "log_extra", "log_metric", "environments", "completion_ids"}
@@ -58,34 +59,35 @@ def _post(url: str, body: dict, headers: dict, timeout: float, policy: RetryPoli
     (connection errors, timeouts, bodies cut short, 408/429/5xx) after the last attempt, others
     (a 4xx, an answer that is not a valid rewards list) at once."""
     attempts = [0]
+    shown = redact_url(url)  # error messages reach logs: no user:password@ or ?api_key= in them
 
     def once() -> list:
         response = send("POST", url, json=body, headers=headers, timeout=timeout)
         try:
             rewards = json.loads(response.content)["rewards"]
         except (ValueError, KeyError, TypeError) as e:
-            raise RewardServiceError(f"reward service {url} answered without a valid 'rewards' list: "
+            raise RewardServiceError(f"reward service {shown} answered without a valid 'rewards' list: "
                                      f"{type(e).__name__}: {e}") from None
         if not isinstance(rewards, list) or not all(r is None or (isinstance(r, (int, float)) and not isinstance(r, bool))
                                                     for r in rewards):
-            raise RewardServiceError(f"reward service {url} answered 'rewards' that is not a list of numbers or nulls: "
+            raise RewardServiceError(f"reward service {shown} answered 'rewards' that is not a list of numbers or nulls: "
                                      f"{str(rewards)[:200]}")
         if len(rewards) != len(body["completions"]):
-            raise RewardServiceError(f"reward service {url} returned {len(rewards)} rewards for {len(body['completions'])} completions")
+            raise RewardServiceError(f"reward service {shown} returned {len(rewards)} rewards for {len(body['completions'])} completions")
         return rewards
 
     try:
         return call_with_retries(once, policy=policy, retryable=is_retryable, retry_after=retry_after_of,
-                                 on_attempt=lambda n: attempts.__setitem__(0, n), what=f"reward service {url}")
+                                 on_attempt=lambda n: attempts.__setitem__(0, n), what=f"reward service {shown}")
     except HTTPStatusError as e:
         if not is_retryable(e):
-            raise RewardServiceError(f"reward service {url} answered HTTP {e.status}; not retried (a client error)") from None
+            raise RewardServiceError(f"reward service {shown} answered HTTP {e.status}; not retried (a client error)") from None
         last = f"HTTP {e.status}"
     except TransportError as e:
         if not is_retryable(e):
-            raise RewardServiceError(f"reward service {url}: {e}") from None
+            raise RewardServiceError(f"reward service {shown}: {e}") from None
         last = str(e)
-    raise RewardServiceError(f"reward service {url} failed after {attempts[0]} attempts (last: {last})")
+    raise RewardServiceError(f"reward service {shown} failed after {attempts[0]} attempts (last: {last})")
 
 
 def http_reward(
