@@ -21,7 +21,7 @@ from posttrain.recipe.load import LoadedRecipe, format_differences, resolved_dic
 from yaml import safe_load as yaml_load
 from posttrain.storage.run_storage import run_storage, use_s3_settings_for_sources
 
-from . import dpo, grpo, sft
+from . import dpo, grpo, sft, sft_vlm
 from .callbacks import MetricsFile, RecipeInCheckpoints
 from .monitor import RunMonitor, StepTimers
 from .output_lock import LOCK_NAME, OutputDirLock
@@ -29,7 +29,8 @@ from .recipe_history import checkpoint_recipe, recipe_changes, render, write_his
 from .resume import checkpoint_problem, checkpoint_step, newest_complete_checkpoint
 from .trl_config import build_trl_config, runtime_defaults
 
-TRAINERS = {"cpt": sft.build_trainer, "sft": sft.build_trainer, "dpo": dpo.build_trainer, "grpo": grpo.build_trainer, "gspo": grpo.build_trainer}
+TRAINERS = {"cpt": sft.build_trainer, "sft": sft.build_trainer, "sft_vlm": sft_vlm.build_trainer, "dpo": dpo.build_trainer,
+            "grpo": grpo.build_trainer, "gspo": grpo.build_trainer}
 
 
 @dataclass
@@ -91,6 +92,11 @@ def prepare_data(recipe, seed: int):
     from posttrain.data.prompts import read_prompt_data
     from posttrain.recipe.schema import RL_ALGORITHMS
 
+    if recipe.uses_images:
+        from posttrain.data.vision import prepare_vision_data
+
+        train, fmt, reports, evaluation = prepare_vision_data(recipe.data, seed, prompt_only=recipe.training.algorithm in RL_ALGORITHMS)
+        return train, evaluation, "prompt" if recipe.training.algorithm in RL_ALGORITHMS else fmt, reports
     if recipe.training.algorithm in RL_ALGORITHMS:
         train, reports, evaluation = read_prompt_data(recipe.data, seed)
         return train, evaluation, "prompt", reports
@@ -181,6 +187,10 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
         check_resume_recipe(resume_from, output_dir, yaml_load(recipe_text), training.resume_from_checkpoint)
 
     use_s3_settings_for_sources(recipe.s3)
+    if recipe.uses_images:  # a text-only model fails here, before any image is read
+        from posttrain.models.vision import require_vision_language
+
+        require_vision_language(recipe.model, "the data has image or video columns")
     train_dataset, eval_dataset, data_format, reports = prepare_data(recipe, seed)
     for report in reports:
         log(report.render())
@@ -200,7 +210,7 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     from transformers import set_seed
 
     set_seed(seed)  # before the model loads: LoRA's initialisation draws from the global generator
-    loaded = load_model(recipe.model, device)
+    loaded = load_model(recipe.model, device, vision=recipe.uses_images)
     for note in loaded.notes:
         log(note)
     train_dataset, eval_dataset = fit_prompts(recipe, loaded.tokenizer, [train_dataset, eval_dataset])

@@ -15,7 +15,7 @@ def runtime_defaults(recipe: Recipe, device, data_format: str | None) -> dict[st
     if "bf16" not in set_keys and "fp16" not in set_keys:
         use_bf16 = device.kind == "cuda" and device.bf16
         out["bf16"] = (use_bf16, f"{device.kind}: " + ("bf16 supported" if use_bf16 else "float32 (no native bf16)"))
-    if recipe.training.algorithm == "sft" and data_format == "messages" and "assistant_only_loss" not in set_keys:
+    if recipe.training.algorithm in ("sft", "sft_vlm") and data_format == "messages" and "assistant_only_loss" not in set_keys:
         out["assistant_only_loss"] = (True, "messages data: loss on assistant turns only")
     if device.kind == "cpu" and "dataloader_pin_memory" not in set_keys:
         out["dataloader_pin_memory"] = (False, "cpu: nothing to pin to")

@@ -28,12 +28,20 @@ class DataReport:
     rows_in: int
     rows_kept: int
     dropped: Counter = field(default_factory=Counter)
+    rows_by_reason: dict = field(default_factory=dict)  # reason -> indices of the dropped rows (0-based)
 
     def render(self) -> str:
         line = f"{self.key} ({self.name}, {self.format}): kept {self.rows_kept} of {self.rows_in} rows"
         if self.dropped:
-            line += "; dropped " + ", ".join(f"{n} {why}" for why, n in self.dropped.most_common())
+            line += "; dropped " + ", ".join(f"{n} {why}{self._rows(why)}" for why, n in self.dropped.most_common())
         return line
+
+    def _rows(self, why: str, shown: int = 10) -> str:
+        rows = self.rows_by_reason.get(why)
+        if not rows:
+            return ""
+        more = f", ... {len(rows) - shown} more" if len(rows) > shown else ""
+        return f" (row{'s' if len(rows) > 1 else ''} {', '.join(map(str, rows[:shown]))}{more})"
 
 
 def detect_format(spec, columns: list[str], algorithm: str) -> str:

@@ -27,6 +27,10 @@ ALGORITHM_DEFAULTS: dict[str, dict[str, object]] = {
     # Continued pre-training: raw text cut into fixed-length blocks, loss on every token.
     "cpt": {"packing": True, "packing_strategy": "wrapped", "completion_only_loss": False},
     "sft": {},
+    # Vision-language SFT: TRL truncates at max_length (1024) after the processor has expanded each
+    # image into its tokens, and a cut through an image's tokens is an error ("Image features and
+    # image tokens do not match"). Unbounded by default; bound image tokens with data.max_image_pixels.
+    "sft_vlm": {"max_length": None},
     # TRL's beta=0.0 silently removes the KL term and the reference model; with it, policies drift
     # into reward hacks (empty reasoning + bare answers). 0.04 is the DeepSeekMath GRPO value.
     "grpo": {"beta": 0.04},

@@ -76,6 +76,13 @@ class ModelSection(Section):
     load_in_8bit: bool = Field(False, description="Load the frozen base in 8 bits (bitsandbytes, CUDA only). Needs use_lora.")
     bnb_4bit_quant_type: Literal["nf4", "fp4"] = Field("nf4", description="4-bit data type; nf4 is QLoRA's.")
     bnb_4bit_use_double_quant: bool = Field(True, description="Quantise the quantisation constants too (QLoRA paper).")
+    freeze_vision_tower: bool = Field(
+        True,
+        description="Vision-language runs (sft_vlm, or GRPO on image prompts): keep the vision tower's weights fixed and "
+        "train the projector and language model. On by default: the tower is pre-trained on far more images than a "
+        "fine-tuning set, and freezing it halves the memory it needs. With use_lora only the language model gets "
+        "adapters, so the tower is always frozen.",
+    )
 
     @model_validator(mode="after")
     def _quantisation_needs_lora(self):
@@ -119,6 +126,19 @@ class DatasetSpec(Section):
         "every dataset has been seen once, instead of concatenating them. Unset means 1 when another dataset has one.",
     )
     answer_column: str = Field("answer", description="GRPO/GSPO: column with the gold answer that rewards compare against (arrives as `answer`).")
+    image_columns: list[str] = Field(
+        default_factory=list,
+        description="Vision-language runs: columns holding each row's images. A cell is one image or a list: a path "
+        "(relative to the data file), bytes, base64 / data URI, a parquet-embedded image, an http(s) URL or an s3:// "
+        "URI. Images go where the text has image placeholders ('<image>' in a string, {type: image} in a content "
+        "list), else before the first user turn, in column order.",
+    )
+    video_columns: list[str] = Field(
+        default_factory=list,
+        description="Vision-language runs: columns holding each row's videos (a path, URL or list of them). Each video "
+        "becomes its sampled frames (data.video_fps / data.video_max_frames), given to the model as images where "
+        "'<video>' or {type: video} stands, else after the row's images.",
+    )
     template: Literal["none", "gsm8k", "openmathinstruct2"] = Field(
         "none",
         description="GRPO/GSPO: a dataset template. 'gsm8k': prompt from `question`, gold after '####' in `answer`, "
@@ -192,6 +212,15 @@ class DataSection(Section):
     )
     system_prompt: str | None = Field(None, description="GRPO/GSPO: system message for every prompt (default: the template's, if any).")
     few_shot: bool = Field(False, description="GRPO/GSPO with a math template: add one worked example in the answer format before the question.")
+    # Images and videos (vision-language runs).
+    max_image_pixels: StrictInt | None = Field(
+        None, ge=1,
+        description="Vision-language runs: downscale any image with more pixels than this (width x height), keeping its "
+        "aspect ratio, when it is read. Bounds the image tokens per row (and so memory) for processors that keep the "
+        "native resolution (Qwen2-VL: one token per 28x28 pixels).",
+    )
+    video_fps: float | None = Field(None, gt=0.0, description="Vision-language runs: frames sampled per second of video (default: the media loader's).")
+    video_max_frames: StrictInt | None = Field(None, ge=1, description="Vision-language runs: at most this many frames per video, evenly spaced.")
     # Evaluation during training: nothing is held out unless the recipe asks.
     eval_datasets: list[DatasetSpec] = Field(default_factory=list, description="Evaluation data, read like `datasets` (needs training.eval_strategy).")
     eval_fraction: float | None = Field(
@@ -494,6 +523,7 @@ class GSPOTrainingBase(RLTrainingBase):
 
 
 CPTTraining = _training_model("cpt", "sft")
+SFTVLMTraining = _training_model("sft_vlm", "sft")
 SFTTraining = _training_model("sft", "sft")
 DPOTraining = _training_model("dpo", "dpo")
 GRPOTraining = _training_model("grpo", "grpo", GRPOTrainingBase)
@@ -501,9 +531,13 @@ GSPOTraining = _training_model("gspo", "grpo", GSPOTrainingBase)
 
 # algorithm -> its training section model; an algorithm joins here once it trains end to end.
 TRAINING_MODELS: dict[str, type[TrainingBase]] = {
-    "cpt": CPTTraining, "sft": SFTTraining, "dpo": DPOTraining, "grpo": GRPOTraining, "gspo": GSPOTraining,
+    "cpt": CPTTraining, "sft": SFTTraining, "sft_vlm": SFTVLMTraining, "dpo": DPOTraining, "grpo": GRPOTraining,
+    "gspo": GSPOTraining,
 }
 RL_ALGORITHMS = ("grpo", "gspo")
+# Algorithms that read image/video columns: sft_vlm always has them; GRPO/GSPO when the prompts have images.
+VISION_ALGORITHMS = ("sft_vlm", "grpo", "gspo")
+VISION_DATA_KEYS = ("max_image_pixels", "video_fps", "video_max_frames")
 
 Training = Annotated[Union[tuple(TRAINING_MODELS.values())], Field(discriminator="algorithm")]
 
@@ -513,12 +547,14 @@ PROMPT_ONLY_DATA_KEYS = ("max_prompt_length", "prompt_truncation", "use_chat_tem
 # Which `format` values and which per-dataset keys each algorithm reads ("rl" = grpo and gspo); a
 # key an algorithm never reads is rejected (data/formats.py and data/prompts.py are the readers).
 FORMATS_READ = {"cpt": ("auto", "text"), "dpo": ("auto", "preference"), "rl": ("auto",),
-                "sft": ("auto", "text", "prompt_completion", "messages", "preference")}
+                "sft": ("auto", "text", "prompt_completion", "messages", "preference"),
+                "sft_vlm": ("auto", "prompt_completion", "messages")}
 DATASET_COLUMN_KEYS = ("text_column", "prompt_column", "completion_column", "messages_column", "tools_column", "chosen_column",
                        "rejected_column", "answer_column", "template")
 COLUMNS_READ = {
     "cpt": ("text_column",),
     "sft": ("text_column", "prompt_column", "completion_column", "messages_column", "tools_column"),
+    "sft_vlm": ("prompt_column", "completion_column", "messages_column"),
     "dpo": ("prompt_column", "chosen_column", "rejected_column"),
     "rl": ("prompt_column", "answer_column", "template"),
 }
@@ -533,7 +569,8 @@ class Recipe(Section):
 
     @model_validator(mode="after")
     def _cross_section(self):
-        raise_all(self._storage_checks() + self._keys_used_by_this_algorithm() + self._row_templates_used() + self._evaluation_is_wired())
+        raise_all(self._storage_checks() + self._keys_used_by_this_algorithm() + self._row_templates_used() + self._vision_checks()
+                  + self._evaluation_is_wired())
         return self
 
     def _storage_checks(self) -> list[tuple[str, str]]:
@@ -586,6 +623,37 @@ class Recipe(Section):
                     out.append((f"{where}.{dead[0]}", f"{', '.join(dead)}: algorithm {algorithm} never reads "
                                 f"{'it' if len(dead) == 1 else 'them'}; it reads {', '.join(COLUMNS_READ[family])}. Remove "
                                 f"{'it' if len(dead) == 1 else 'them'}."))
+        return out
+
+    @property
+    def uses_images(self) -> bool:
+        """A vision-language run: sft_vlm, or a dataset with image/video columns."""
+        specs = [*self.data.datasets, *self.data.eval_datasets]
+        return self.training.algorithm == "sft_vlm" or any(d.image_columns or d.video_columns for d in specs)
+
+    def _vision_checks(self) -> list[tuple[str, str]]:
+        """Image/video keys act only in vision-language runs; elsewhere they would be silently ignored."""
+        algorithm = self.training.algorithm
+        out = []
+        specs = [("data.datasets", self.data.datasets), ("data.eval_datasets", self.data.eval_datasets)]
+        media = [f"{key}[{i}].{k}" for key, ds in specs for i, d in enumerate(ds) for k in ("image_columns", "video_columns") if getattr(d, k)]
+        if media and algorithm not in VISION_ALGORITHMS:
+            hint = " Use training.algorithm=sft_vlm." if algorithm == "sft" else ""
+            out.append((media[0], f"{', '.join(media)}: algorithm {algorithm} trains on text only and would ignore the images.{hint}"))
+        if algorithm == "sft_vlm":
+            plain = [f"{key}[{i}]" for key, ds in specs for i, d in enumerate(ds) if not (d.image_columns or d.video_columns)]
+            if plain:
+                out.append((f"{plain[0]}.image_columns", f"{', '.join(plain)}: training.algorithm=sft_vlm needs image_columns (or "
+                            "video_columns) on every dataset, e.g. image_columns: [image]; for text-only data use algorithm sft."))
+        if not self.uses_images:
+            unused = [f"data.{k}" for k in VISION_DATA_KEYS if k in self.data.model_fields_set]
+            unused += ["model.freeze_vision_tower"] if "freeze_vision_tower" in self.model.model_fields_set else []
+            if unused:
+                out.append((unused[0], f"{', '.join(unused)} only apply to runs with images (algorithm sft_vlm, or datasets with "
+                            "image_columns/video_columns); this run has none. Remove them."))
+        if self.model.use_lora and not self.model.freeze_vision_tower:
+            out.append(("model.freeze_vision_tower", "model.freeze_vision_tower=false with model.use_lora=true: LoRA adapts the "
+                        "language model only and PEFT freezes everything else. Train the tower with use_lora=false, or keep it frozen."))
         return out
 
     def _evaluation_is_wired(self) -> list[tuple[str, str]]:

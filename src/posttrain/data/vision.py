@@ -1,0 +1,257 @@
+"""Vision-language rows: text (prompt/completion, messages, or a question/response pair mapped with
+prompt_column/completion_column) plus the images and video frames of `image_columns` / `video_columns`.
+
+Each row becomes TRL's vision format: chat messages whose content is a list of parts
+(`{"type": "text", "text": ...}` or `{"type": "image"}`) and an `images` column with the images in
+the order their parts appear, which is how TRL's vision collator pairs them. Videos become their
+sampled frames, one image part per frame: every processor takes images, while video processors
+differ per family (and need torchvision), so frames are the one form all models read.
+
+Where the images go: at the image placeholders of the text ('<image>' inside a string, or
+`{"type": "image"}` parts), else before the text of the first user turn. '<video>' / `{"type":
+"video"}` mark where a video's frames go, else they follow the images. A row whose placeholders do
+not match its media (more or fewer), or whose media cannot be read, is dropped and counted by
+reason, with its row index named in the report; a dataset left empty is an error naming the file.
+
+Images are decoded once here (so a bad file is found before training starts) and stored as PNG in
+the in-memory Arrow table that TRL reads; a very large image set wants a streaming loader instead.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from posttrain.errors import UserError
+
+from .formats import ROLES, DataReport, _columns_for, detect_format, hold_out, mix
+from .sources import load_split
+
+IMAGE_MARK, VIDEO_MARK = "<image>", "<video>"
+_MARKS = re.compile(f"({re.escape(IMAGE_MARK)}|{re.escape(VIDEO_MARK)})")
+
+
+class DropRow(Exception):
+    """A row that cannot train; `reason` is a short stable word for the counts."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(reason, detail)
+        self.reason, self.detail = reason, detail
+
+
+# --------------------------------------------------------------------------------- media access
+def media_settings(data_cfg):
+    """The media loader's settings for this recipe's data section."""
+    from .media_access import MediaSettings
+
+    return MediaSettings(max_image_pixels=data_cfg.max_image_pixels)
+
+
+def row_media(record: dict, spec, base_dir: Path, data_cfg, settings) -> tuple[list, list[list]]:
+    """(images, videos as frame lists) of one row, in column order; raises DropRow when one fails."""
+    from .media_access import MediaError, load_images, load_video_frames
+
+    images, videos = [], []
+    try:
+        for column in spec.image_columns:
+            if record[column] is not None:
+                images += load_images(record[column], base_dir=base_dir, settings=settings)
+        for column in spec.video_columns:
+            cell = record[column]
+            for one in (cell if isinstance(cell, list) else [cell] if cell is not None else []):
+                videos.append(load_video_frames(one, base_dir=base_dir, settings=settings, fps=data_cfg.video_fps,
+                                                max_frames=data_cfg.video_max_frames))
+    except MediaError as e:
+        raise DropRow(e.reason, e.detail) from None
+    return images, videos
+
+
+# ------------------------------------------------------------------------------------ placement
+def content_parts(content) -> list[dict]:
+    """A message's content as a list of parts; '<image>'/'<video>' inside strings become parts."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        raise DropRow("malformed_content", f"content of type {type(content).__name__}")
+    parts = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            for piece in _MARKS.split(part["text"]):
+                if piece in (IMAGE_MARK, VIDEO_MARK):
+                    parts.append({"type": piece[1:-1], "text": None})
+                elif piece:
+                    parts.append({"type": "text", "text": piece})
+        elif kind in ("image", "video"):
+            parts.append({"type": kind, "text": None})
+        else:
+            raise DropRow("malformed_content", f"content part {part!r}")
+    return parts
+
+
+def place_media(messages: list[dict], images: list, videos: list[list]) -> tuple[list[dict], list]:
+    """Messages with one image part per image/frame, and the images in the order of those parts."""
+    n_img = sum(p["type"] == "image" for m in messages for p in m["content"])
+    n_vid = sum(p["type"] == "video" for m in messages for p in m["content"])
+    if n_img and n_img != len(images):
+        raise DropRow("image_placeholders_mismatch", f"{n_img} image placeholder(s) for {len(images)} image(s)")
+    if n_vid and n_vid != len(videos):
+        raise DropRow("video_placeholders_mismatch", f"{n_vid} video placeholder(s) for {len(videos)} video(s)")
+    if not images and not videos:
+        raise DropRow("no_media", "no image or video in the row")
+    image = {"type": "image", "text": None}
+    lead = ([image] * len(images) if not n_img else []) + ([image] * sum(map(len, videos)) if not n_vid else [])
+    lead_media = (images if not n_img else []) + ([f for v in videos for f in v] if not n_vid else [])
+    out, ordered, next_img, next_vid, placed_lead = [], [], 0, 0, False
+    for m in messages:
+        parts = []
+        if m["role"] == "user" and not placed_lead:
+            parts, placed_lead = list(lead), True
+            ordered += lead_media
+        for p in m["content"]:
+            if p["type"] == "image":
+                parts.append(image)
+                ordered.append(images[next_img])
+                next_img += 1
+            elif p["type"] == "video":
+                parts += [image] * len(videos[next_vid])
+                ordered += videos[next_vid]
+                next_vid += 1
+            else:
+                parts.append(p)
+        out.append({"role": m["role"], "content": parts})
+    if not placed_lead and lead:
+        raise DropRow("no_user_turn", "no user turn to put the images in")
+    if any(p["type"] == "image" for m in out if m["role"] != "user" for p in m["content"]):
+        raise DropRow("image_outside_user_turn", "images are only read from user turns")
+    return out, ordered
+
+
+def chat_messages(row: dict, fmt: str) -> list[dict]:
+    """The row (in TRL columns) as chat messages with content parts."""
+    if fmt == "messages":
+        msgs = row["messages"]
+        if not isinstance(msgs, list) or not msgs:
+            raise DropRow("empty_messages")
+        out = []
+        for m in msgs:
+            if not isinstance(m, dict) or m.get("role") not in ROLES:
+                raise DropRow("invalid_role")
+            out.append({"role": m["role"], "content": content_parts(m.get("content"))})
+        if not any(m["role"] == "assistant" and _text(m) for m in out):
+            raise DropRow("no_assistant_text")
+        return out
+    prompt, completion = row["prompt"], row["completion"]
+    if not isinstance(prompt, str) or not isinstance(completion, str) or not completion.strip():
+        raise DropRow("empty_or_non_text_prompt_completion")
+    return [{"role": "user", "content": content_parts(prompt)}, {"role": "assistant", "content": content_parts(completion)}]
+
+
+def _text(message: dict) -> str:
+    return "".join(p["text"] for p in message["content"] if p["type"] == "text").strip()
+
+
+# ----------------------------------------------------------------------------------- datasets
+def prepare_vision_dataset(spec, key: str, data_cfg, seed: int, *, prompt_only: bool = False):
+    """One dataset in TRL's vision format, and its report.
+
+    SFT rows: {messages, images} or {prompt, completion, images} (conversational). With
+    `prompt_only` (GRPO), rows are {prompt (chat), images, every other column}.
+    """
+    import datasets
+
+    raw = load_split(spec, key)
+    missing = [c for c in spec.image_columns + spec.video_columns if c not in raw.column_names]
+    if missing:
+        which = "image_columns" if missing[0] in spec.image_columns else "video_columns"
+        raise UserError(f"{key}.{which}: column {missing[0]!r} not found in {spec.name}; the data has columns {raw.column_names}.")
+    fmt = "prompt_completion" if prompt_only else detect_format(spec, raw.column_names, "sft")
+    if fmt not in ("messages", "prompt_completion"):
+        raise UserError(f"{key} ({spec.name}): vision-language rows need a chat ('{spec.messages_column}') or "
+                        f"'{spec.prompt_column}'/'{spec.completion_column}' columns; found {raw.column_names}. "
+                        f"Map yours with {key}.prompt_column / completion_column / messages_column.")
+    mapping = _columns_for(spec, fmt)
+    if prompt_only:
+        mapping = {"prompt": spec.prompt_column}
+    missing = [src for src in mapping.values() if src not in raw.column_names]
+    if missing:
+        raise UserError(f"{key} ({spec.name}): column {missing[0]!r} not found; the data has columns {raw.column_names}.")
+    base_dir = _base_dir(spec.name)
+    settings = media_settings(data_cfg)
+    reasons: Counter = Counter()
+    rows_by_reason: dict[str, list[int]] = defaultdict(list)
+    rows = []
+    for index, record in enumerate(raw):
+        try:
+            row = {trl: record[src] for trl, src in mapping.items()}
+            if prompt_only:
+                if not isinstance(row["prompt"], str) or not row["prompt"].strip():
+                    raise DropRow("empty_prompt")
+                messages = [{"role": "user", "content": content_parts(row["prompt"])}]
+            else:
+                messages = chat_messages(row, fmt)
+            images, videos = row_media(record, spec, base_dir, data_cfg, settings)
+            messages, ordered = place_media(messages, images, videos)
+        except DropRow as e:
+            reasons[e.reason] += 1
+            rows_by_reason[e.reason].append(index)
+            continue
+        if prompt_only:
+            media_cols = set(spec.image_columns + spec.video_columns + [spec.prompt_column])
+            extra = {k: v for k, v in record.items() if k not in media_cols and k not in ("prompt", "images")}
+            rows.append({**extra, "prompt": messages, "images": ordered})
+        elif fmt == "messages":
+            rows.append({"messages": messages, "images": ordered})
+        else:
+            rows.append({"prompt": messages[:1], "completion": messages[1:], "images": ordered})
+    report = DataReport(key, spec.name, f"{fmt}+images", len(raw), len(rows), reasons, dict(rows_by_reason))
+    if not rows:
+        raise UserError(f"{key} ({spec.name}): no usable rows; {report.render().split(': ', 1)[1]}")
+    ds = datasets.Dataset.from_list(rows)
+    if spec.max_samples is not None and len(ds) > spec.max_samples:
+        ds = ds.shuffle(seed=seed).select(range(spec.max_samples))
+    report.rows_kept = len(ds)
+    return ds, report
+
+
+def _base_dir(name: str) -> Path:
+    """Relative media paths are read from the data file's folder (the cache copy's for s3:// data)."""
+    from posttrain.storage.location import is_s3_uri
+
+    if is_s3_uri(name):
+        from .sources import _local_copy
+
+        return _local_copy(name).parent
+    return Path(name).expanduser().resolve().parent
+
+
+def prepare_vision_datasets(data_cfg, specs, key: str, seed: int, *, prompt_only: bool = False):
+    parts, reports = [], []
+    for i, spec in enumerate(specs):
+        ds, report = prepare_vision_dataset(spec, f"{key}[{i}]", data_cfg, seed, prompt_only=prompt_only)
+        parts.append(ds)
+        reports.append(report)
+    formats = {r.format for r in reports}
+    if len(formats) > 1:
+        raise UserError(f"{key} mix formats ({', '.join(f'{r.key}: {r.format}' for r in reports)}); one run trains on one format.")
+    if prompt_only:
+        shared = sorted(set.intersection(*(set(p.column_names) for p in parts)))
+        parts = [p.select_columns(shared) for p in parts]
+    return mix(parts, specs, seed), reports[0].format, reports
+
+
+def prepare_vision_data(data_cfg, seed: int, *, prompt_only: bool = False):
+    """(train, format, reports, evaluation or None) for a vision-language run."""
+    train, fmt, reports = prepare_vision_datasets(data_cfg, data_cfg.datasets, "data.datasets", seed, prompt_only=prompt_only)
+    evaluation = None
+    if data_cfg.eval_datasets:
+        evaluation, eval_fmt, eval_reports = prepare_vision_datasets(data_cfg, data_cfg.eval_datasets, "data.eval_datasets", seed,
+                                                                     prompt_only=prompt_only)
+        if eval_fmt != fmt:
+            raise UserError(f"data.eval_datasets are {eval_fmt!r} but the training data is {fmt!r}; evaluation data must have the training format.")
+        reports += eval_reports
+    train, evaluation = hold_out(train, evaluation, data_cfg.eval_fraction, seed)
+    return train, fmt.split("+")[0], reports, evaluation

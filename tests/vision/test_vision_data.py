@@ -1,0 +1,100 @@
+"""The vision data step: images placed where the text says, bad rows dropped by reason with their
+row index, clear errors for a missing column or an empty dataset; and the label mask."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from posttrain.data.vision import DropRow, content_parts, place_media, prepare_vision_dataset
+from posttrain.errors import UserError
+from posttrain.recipe.schema import DataSection, DatasetSpec
+
+
+def _png(path: Path, colour) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (40, 30), colour).save(path)
+    return path.name
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_placeholders_decide_where_images_go():
+    red, blue = Image.new("RGB", (2, 2), "red"), Image.new("RGB", (2, 2), "blue")
+    user = {"role": "user", "content": content_parts("Compare <image> with <image>.")}
+    out, ordered = place_media([user, {"role": "assistant", "content": content_parts("same")}], [red, blue], [])
+    assert [p["type"] for p in out[0]["content"]] == ["text", "image", "text", "image", "text"]
+    assert ordered == [red, blue]
+    # no placeholder: images first in the first user turn, then video frames
+    plain = [{"role": "user", "content": content_parts("What is it?")}]
+    out, ordered = place_media(plain, [red], [[blue, blue]])
+    assert [p["type"] for p in out[0]["content"]] == ["image", "image", "image", "text"] and ordered == [red, blue, blue]
+    # a video placeholder expands into its frames where it stands
+    out, ordered = place_media([{"role": "user", "content": content_parts("<image> then <video>")}], [red], [[blue, blue]])
+    assert [p["type"] for p in out[0]["content"]] == ["image", "text", "image", "image"] and ordered == [red, blue, blue]
+    for text, images in (("<image><image>", [red]), ("<image>", [red, blue])):  # more, then fewer placeholders
+        with pytest.raises(DropRow) as e:
+            place_media([{"role": "user", "content": content_parts(text)}], images, [])
+        assert e.value.reason == "image_placeholders_mismatch"
+
+
+def test_bad_rows_dropped_by_reason_with_row_indices(tmp_path):
+    good = _png(tmp_path / "a.png", "red")
+    (tmp_path / "broken.png").write_bytes(Image.new("RGB", (30, 30)).tobytes()[:50])  # not a PNG at all
+    (tmp_path / "truncated.png").write_bytes((tmp_path / "a.png").read_bytes()[:60])
+    (tmp_path / "notes.txt").write_text("hello")
+    rows = [
+        {"image": good, "prompt": "colour?", "completion": "red"},
+        {"image": "missing.png", "prompt": "colour?", "completion": "red"},
+        {"image": "truncated.png", "prompt": "colour?", "completion": "red"},
+        {"image": "notes.txt", "prompt": "colour?", "completion": "red"},
+        {"image": good, "prompt": "<image> and <image>?", "completion": "red"},
+        {"image": [good, good], "prompt": "<image> and <image>?", "completion": "red, red"},
+        {"image": "missing.png", "prompt": "colour?", "completion": "red"},
+    ]
+    spec = DatasetSpec(name=str(_write(tmp_path / "d.jsonl", rows)), image_columns=["image"])
+    data = DataSection(datasets=[spec], max_image_pixels=300)
+    ds, report = prepare_vision_dataset(spec, "data.datasets[0]", data, seed=0)
+    assert len(ds) == 2 and report.rows_in == 7
+    assert dict(report.dropped) == {"missing_file": 2, "corrupt": 1, "not_an_image": 1, "image_placeholders_mismatch": 1}
+    line = report.render()
+    assert "2 missing_file (rows 1, 6)" in line and "1 image_placeholders_mismatch (row 4)" in line
+    first, second = ds[0], ds[1]
+    assert [m["role"] for m in first["prompt"]] == ["user"] and first["completion"][0]["role"] == "assistant"
+    assert len(first["images"]) == 1 and len(second["images"]) == 2
+    w, h = first["images"][0].size
+    assert w * h <= 300 and abs(w / h - 40 / 30) < 0.15  # max_image_pixels: downscaled, aspect kept
+
+
+def test_missing_column_and_empty_dataset_are_errors_naming_them(tmp_path):
+    rows = [{"picture": "x.png", "prompt": "p", "completion": "c"}]
+    spec = DatasetSpec(name=str(_write(tmp_path / "d.jsonl", rows)), image_columns=["image"])
+    with pytest.raises(UserError, match=r"data.datasets\[0\].image_columns: column 'image' not found .*picture"):
+        prepare_vision_dataset(spec, "data.datasets[0]", DataSection(datasets=[spec]), seed=0)
+    spec = DatasetSpec(name=str(_write(tmp_path / "e.jsonl", [{**rows[0], "image": "x.png"}])), image_columns=["image"])
+    with pytest.raises(UserError, match=r"e.jsonl\): no usable rows.*1 missing_file \(row 0\)"):
+        prepare_vision_dataset(spec, "data.datasets[0]", DataSection(datasets=[spec]), seed=0)
+
+
+def test_messages_with_content_parts_and_parquet_embedded_images(tmp_path):
+    import datasets
+
+    img = tmp_path / "p.png"
+    _png(img, "green")
+    chat = [{"role": "user", "content": [{"type": "text", "text": "Which colour?"}, {"type": "image"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "green"}]}]
+    ds = datasets.Dataset.from_dict({"messages": [json.dumps(chat)], "photo": [str(img)]})
+    ds = ds.map(lambda r: {"messages": json.loads(r["messages"])}).cast_column("photo", datasets.Image())
+    path = tmp_path / "d.parquet"
+    ds.to_parquet(str(path))
+    spec = DatasetSpec(name=str(path), image_columns=["photo"])
+    out, report = prepare_vision_dataset(spec, "data.datasets[0]", DataSection(datasets=[spec]), seed=0)
+    assert report.rows_kept == 1 and report.format == "messages+images"
+    assert [p["type"] for p in out[0]["messages"][0]["content"]] == ["text", "image"]
+    assert out[0]["images"][0].getpixel((0, 0)) == (0, 128, 0)
