@@ -32,9 +32,10 @@ CONSISTENT = {"save_strategy": "steps", "logging_strategy": "steps", "eval_strat
 def base_recipe(algorithm: str, **training) -> dict:
     if algorithm in ("grpo", "gspo"):
         training.setdefault("rewards", [{"name": "answer_match"}])
+    dataset = {"name": "train.jsonl", "image_columns": ["image"]} if algorithm == "sft_vlm" else {"name": "train.jsonl"}
     return {
-        "model": {"base_model_name": "tiny:qwen2"},
-        "data": {"datasets": [{"name": "train.jsonl"}]},
+        "model": {"base_model_name": "tiny:llava" if algorithm == "sft_vlm" else "tiny:qwen2"},
+        "data": {"datasets": [dataset]},
         "training": {"algorithm": algorithm, "output_dir": "out", **training},
     }
 
