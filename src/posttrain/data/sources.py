@@ -34,9 +34,11 @@ def load_split(spec, key: str):
                 raise UserError(f"{key}.name: data file {spec.name!r} does not exist")
             if path.stat().st_size == 0:
                 raise UserError(f"{key}.name: data file {spec.name!r} is empty")
-            # A local file has one split, "train"; slices such as train[:64] still apply.
-            split = spec.split if spec.split.startswith("train") else "train"
-            return datasets.load_dataset(LOADERS[path.suffix], data_files=str(path), split=split)
+            from .splits import local_file_problems
+
+            for field, message in local_file_problems(spec):  # one split, "train"; slices such as train[:64] apply
+                raise UserError(f"{key}.{field}: {message}")
+            return datasets.load_dataset(LOADERS[path.suffix], data_files=str(path), split=spec.split)
         return datasets.load_dataset(spec.name, spec.subset, split=spec.split)
     except UserError:
         raise

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 from .errors import Problem, RecipeError
@@ -33,8 +34,38 @@ def has_cuda() -> bool:
     return Path("/proc/driver/nvidia/version").exists() or shutil.which("nvidia-smi") is not None
 
 
+def gpu_compute_capability() -> float | None:
+    """The lowest compute capability among visible NVIDIA GPUs (nvidia-smi, no torch), or None if unknown."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True, timeout=10).stdout
+        caps = [float(line) for line in out.split()]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    return min(caps) if caps else None
+
+
+def precision_problems(training) -> list[Problem]:
+    """bf16 asked for on a machine without it: transformers raises only when the trainer starts."""
+    asked = [k for k in ("bf16", "bf16_full_eval") if getattr(training, k, None)]
+    if not asked or getattr(training, "use_cpu", None):
+        return []
+    key = f"training.{asked[0]}"
+    if not has_cuda():
+        return [Problem(key, "bf16 needs a CUDA GPU with bf16 support (Ampere or newer) and none is visible; remove it "
+                             "(posttrain picks bf16 by itself where the GPU supports it, float32 elsewhere) or set training.use_cpu=true "
+                             "to run bf16 on the CPU (slow without native bf16).")]
+    cap = gpu_compute_capability()
+    if cap is not None and cap < 8.0:
+        return [Problem(key, f"this GPU (compute capability {cap}) has no bf16; Ampere (8.0) or newer does. Remove it, or use "
+                             "training.fp16=true on this GPU.")]
+    return []
+
+
 def preflight(recipe: Recipe) -> None:
-    problems: list[Problem] = []
+    problems: list[Problem] = precision_problems(recipe.training)
     model = recipe.model
     name = model.base_model_name
     if name.startswith("tiny:") or name == "tiny":
@@ -63,11 +94,22 @@ def preflight(recipe: Recipe) -> None:
             except ValueError as e:
                 problems.append(Problem(key, str(e)))
 
-    for i, ds in enumerate(recipe.data.datasets):
-        if looks_local(ds.name) and not Path(ds.name).expanduser().is_file():
-            problems.append(Problem(f"data.datasets[{i}].name", f"data file {ds.name!r} does not exist (relative paths are from {os.getcwd()})."))
-        elif looks_local(ds.name) and not ds.name.endswith(DATA_SUFFIXES):
-            problems.append(Problem(f"data.datasets[{i}].name", f"{ds.name!r}: local data must be one of {', '.join(DATA_SUFFIXES)}."))
+    from posttrain.data.splits import local_file_problems
+
+    for section in ("datasets", "eval_datasets"):
+        for i, ds in enumerate(getattr(recipe.data, section)):
+            key = f"data.{section}[{i}]"
+            if looks_local(ds.name) and not Path(ds.name).expanduser().is_file():
+                problems.append(Problem(f"{key}.name", f"data file {ds.name!r} does not exist (relative paths are from {os.getcwd()})."))
+            elif looks_local(ds.name) and not ds.name.endswith(DATA_SUFFIXES):
+                problems.append(Problem(f"{key}.name", f"{ds.name!r}: local data must be one of {', '.join(DATA_SUFFIXES)}."))
+            if looks_local(ds.name) or (ds.name.startswith("s3://") and ds.name.endswith(DATA_SUFFIXES)):
+                problems += [Problem(f"{key}.{field}", message) for field, message in local_file_problems(ds)]
+
+    from posttrain.storage.preflight import s3_problems
+
+    s3_sources = [(k, v) for k, v in sources if is_s3_uri(v)]
+    problems += [Problem(k, m) for k, m in s3_problems(recipe.s3, s3_sources)]  # only imports boto3 when S3 is used
 
     provider = recipe.tracking.provider
     if provider != "none" and importlib.util.find_spec(TRACKING_PACKAGES[provider]) is None:
