@@ -234,7 +234,10 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
         from transformers import EarlyStoppingCallback
 
         callbacks.append(EarlyStoppingCallback(training.early_stopping_patience, training.early_stopping_threshold or 0.0))
-    run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, lora_config(recipe.model), output_dir, callbacks, reports,
+    # Continuing an adapter: the loaded PeftModel is already trainable; a second LoRA config on top
+    # would make TRL stack a new adapter (or refuse: "PeftModel together with a peft_config").
+    peft_config = None if loaded.adapter_dir is not None else lora_config(recipe.model)
+    run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, peft_config, output_dir, callbacks, reports,
               resume_from, storage, lock, monitor)
     return run, TRAINERS[training.algorithm](run)
 

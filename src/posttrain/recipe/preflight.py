@@ -64,6 +64,44 @@ def precision_problems(training) -> list[Problem]:
     return []
 
 
+# recipe key -> the adapter_config.json field it would have to match when continuing an adapter
+ADAPTER_FIELDS = {"lora_r": "r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
+                  "lora_target_modules": "target_modules", "lora_modules_to_save": "modules_to_save"}
+
+
+def adapter_problems(model, folder: Path) -> list[Problem]:
+    """A model directory that holds a PEFT adapter: readable, and LoRA keys that agree with it.
+
+    Continuing an adapter trains that adapter (its rank, targets and scaling); a LoRA key that says
+    otherwise would be silently ignored, so it is an error.
+    """
+    import json
+
+    config_path = folder / "adapter_config.json"
+    if not config_path.is_file():
+        if not (folder / "config.json").is_file():
+            return [Problem("model.base_model_name", f"{str(folder)!r} holds neither a model (config.json) nor an adapter "
+                                                     "(adapter_config.json).")]
+        return []
+    try:
+        config = json.loads(config_path.read_text())
+    except ValueError as e:
+        return [Problem("model.base_model_name", f"{config_path} is not valid JSON: {e}")]
+    if not isinstance(config, dict) or not config.get("base_model_name_or_path"):
+        return [Problem("model.base_model_name", f"{config_path} names no base_model_name_or_path; cannot tell which model the adapter belongs to.")]
+    out = []
+    for key, field in ADAPTER_FIELDS.items():
+        if key not in model.model_fields_set:
+            continue
+        mine, theirs = getattr(model, key), config.get(field)
+        same = sorted(mine) == sorted(theirs or []) if isinstance(mine, list) and isinstance(theirs, (list, type(None))) else mine == theirs
+        if not same:
+            out.append(Problem(f"model.{key}", f"{mine!r} differs from the adapter being continued ({config_path}: {field}={theirs!r}); "
+                                               "continuing trains that adapter as it is. Remove the key, or start a new adapter from "
+                                               "its base model."))
+    return out
+
+
 def preflight(recipe: Recipe) -> None:
     problems: list[Problem] = precision_problems(recipe.training)
     model = recipe.model
@@ -77,6 +115,8 @@ def preflight(recipe: Recipe) -> None:
             problems.append(Problem("model.base_model_name", str(e)))
     elif looks_local(name) and not Path(name).expanduser().is_dir():
         problems.append(Problem("model.base_model_name", f"{name!r} looks like a local path but is not a directory; give a model or adapter directory, or a hub id."))
+    elif looks_local(name):
+        problems += adapter_problems(model, Path(name).expanduser())
     if model.load_in_4bit or model.load_in_8bit:
         key = "model.load_in_4bit" if model.load_in_4bit else "model.load_in_8bit"
         if not has_cuda():
