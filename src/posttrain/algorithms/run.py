@@ -98,7 +98,14 @@ def prepare_data(recipe, seed: int):
         train, fmt, reports, evaluation = prepare_vision_data(recipe.data, seed, prompt_only=recipe.training.algorithm in RL_ALGORITHMS)
         return train, evaluation, "prompt" if recipe.training.algorithm in RL_ALGORITHMS else fmt, reports
     if recipe.training.algorithm in RL_ALGORITHMS:
-        train, reports, evaluation = read_prompt_data(recipe.data, seed)
+        from posttrain.data.prompts import untagged_prompt_warning
+        from posttrain.rewards.builtin import NUMERIC_GOLD_REWARDS
+
+        names = [r.name for r in recipe.training.rewards]
+        train, reports, evaluation = read_prompt_data(recipe.data, seed, numeric_gold=any(n in NUMERIC_GOLD_REWARDS for n in names))
+        warning = untagged_prompt_warning(train, names)
+        if warning:
+            log(warning)
         return train, evaluation, "prompt", reports
     train, fmt, reports, evaluation = prepare_training_data(recipe.data, recipe.training.algorithm, seed)
     return train, evaluation, fmt, reports

@@ -13,26 +13,49 @@ from __future__ import annotations
 from collections import Counter
 
 from posttrain.errors import UserError
+from posttrain.rewards.answers import gold_is_comparable
 
 from .formats import DataReport, mix
 from .sources import load_split
 from .templates import build_prompt, gold_answer
 
+ANSWER_TAG = "<answer>"
 
-def read_prompt_data(data_cfg, seed: int):
-    """Training prompts, reports, and evaluation prompts (None unless the recipe asks for them)."""
+
+def untagged_prompt_warning(ds, reward_names) -> str | None:
+    """A warning when format-paying rewards meet prompts that never ask for the <answer> format."""
+    from posttrain.rewards.builtin import TAG_REWARDS
+
+    tagged = [n for n in reward_names if n in TAG_REWARDS]
+    if not tagged or ds is None:
+        return None
+    text = lambda p: p if isinstance(p, str) else " ".join(str(m.get("content") or "") for m in p)  # noqa: E731
+    if any(ANSWER_TAG in text(p) for p in ds["prompt"]):
+        return None
+    return (f"warning: training.rewards {', '.join(tagged)} pay only for a <think>...</think><answer>...</answer> reply, but no "
+            "prompt asks for it (no data.datasets[i].template, no data.system_prompt, no '<answer>' in the prompts): the "
+            "model may earn nothing for a long time. Set a template (gsm8k, openmathinstruct2) or a system_prompt that asks for the tags.")
+
+
+def read_prompt_data(data_cfg, seed: int, numeric_gold: bool = False):
+    """Training prompts, reports, and evaluation prompts (None unless the recipe asks for them).
+
+    numeric_gold: a reward compares the gold answer as a number, so rows whose gold does not parse
+    as one (LaTeX such as \\frac{1}{2}, tuples, expressions) are dropped and counted here instead of
+    crashing the reward at the first batch that holds one.
+    """
     from .formats import hold_out
 
-    train, reports = read_prompt_rows(data_cfg, data_cfg.datasets, "data.datasets", seed)
+    train, reports = read_prompt_rows(data_cfg, data_cfg.datasets, "data.datasets", seed, numeric_gold)
     evaluation = None
     if data_cfg.eval_datasets:
-        evaluation, eval_reports = read_prompt_rows(data_cfg, data_cfg.eval_datasets, "data.eval_datasets", seed)
+        evaluation, eval_reports = read_prompt_rows(data_cfg, data_cfg.eval_datasets, "data.eval_datasets", seed, numeric_gold)
         reports += eval_reports
     train, evaluation = hold_out(train, evaluation, data_cfg.eval_fraction, seed)
     return train, reports, evaluation
 
 
-def read_prompt_rows(data_cfg, specs, key_prefix: str, seed: int):
+def read_prompt_rows(data_cfg, specs, key_prefix: str, seed: int, numeric_gold: bool = False):
     """Datasets as rows {prompt, answer, ...original columns}; empty prompts/answers dropped and counted."""
     import datasets
 
@@ -45,18 +68,22 @@ def read_prompt_rows(data_cfg, specs, key_prefix: str, seed: int):
                 setting = "prompt_column" if column == spec.prompt_column else "answer_column"
                 raise UserError(f"{key} ({spec.name}): column {column!r} not found; the data has columns {raw.column_names}. "
                                 f"Map yours with {key}.{setting}=<column>.")
-        rows, dropped = [], Counter()
+        rows, dropped, bad_gold = [], Counter(), []
         for record in raw:
             question, answer = record[spec.prompt_column], gold_answer(spec.template, record[spec.answer_column])
             if not question or (isinstance(question, str) and not question.strip()):
                 dropped[f"empty '{spec.prompt_column}'"] += 1
             elif not answer:
                 dropped[f"empty '{spec.answer_column}'"] += 1
+            elif numeric_gold and not gold_is_comparable(answer):
+                bad_gold.append(str(answer)[:40])
             else:
                 extra = {k: v for k, v in record.items() if k not in ("prompt", "answer")}
                 prompt = build_prompt(question, template=spec.template, system_prompt=data_cfg.system_prompt,
                                       few_shot=data_cfg.few_shot, use_chat_template=data_cfg.use_chat_template)
                 rows.append({**extra, "prompt": prompt, "answer": answer})
+        if bad_gold:
+            dropped[f"'{spec.answer_column}' not a number the rewards can compare (e.g. {bad_gold[0]!r})"] = len(bad_gold)
         if not rows:
             raise UserError(f"{key} ({spec.name}): no usable rows ({'; '.join(f'{n} {w}' for w, n in dropped.items()) or 'no rows'})")
         ds = datasets.Dataset.from_list(rows)

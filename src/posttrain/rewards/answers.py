@@ -184,6 +184,19 @@ def _gold_number(gold: str | int | Decimal) -> Decimal:
     return number
 
 
+def gold_is_comparable(gold) -> bool:
+    """Whether the numeric rewards can compare against this gold answer (else they raise mid-run).
+
+    >>> gold_is_comparable("#### 1,400"), gold_is_comparable("\\frac{1}{2}")
+    (True, False)
+    """
+    try:
+        _gold_number(gold)
+    except (ValueError, ArithmeticError):
+        return False
+    return True
+
+
 def strict_correct(completion: str, gold: str | int | Decimal) -> bool:
     """The ``<answer>`` block parses as one number equal to gold (what ``answer_match`` rewards).
 

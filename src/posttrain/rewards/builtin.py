@@ -46,6 +46,12 @@ __all__ = [
 RewardFn = Callable[..., list[float]]
 
 
+# Built-in rewards that compare against the gold answer as a number (it must parse as one), and
+# those that pay only for the <think>/<answer> format (the prompt should ask for it).
+NUMERIC_GOLD_REWARDS = ("answer_match", "loose_match")
+TAG_REWARDS = ("answer_match", "format", "numeric_answer")
+
+
 def completion_text(completion: Any) -> str:
     """The text to score: the string itself, or the last chat message's content."""
     if isinstance(completion, str):
