@@ -1,0 +1,112 @@
+"""Arms with several seeds: per-seed accuracy, the spread between seeds, and one pooled paired test.
+
+    result = pooled_comparison(a_by_seed, b_by_seed, alpha=0.05)   # lists of per-item outcomes per seed
+
+The test is Cochran-Mantel-Haenszel (CMH) **stratified by item**: each item is a stratum holding a
+2x2 table, rows = arm A / arm B, columns = correct / wrong, counts = how many of that arm's seeds
+answered the item correctly. Why this one:
+
+* It keeps the pairing that makes McNemar powerful: items differ enormously in difficulty, and
+  comparing each item only with itself removes that variance. With one seed per arm it *is*
+  McNemar's chi-square ``(b - c)^2 / (b + c)`` (tests check this), so a multi-seed arm answers the
+  same question as a single-seed one, with more evidence.
+* Seeds are replicates, not pairs: seed 0 of arm A has nothing in particular to do with seed 0 of arm
+  B, and the arms may have different numbers of seeds. Per-seed 2x2 tables (arm x correct, pooled
+  over items) would instead throw the item pairing away, and a per-seed McNemar needs a pairing of
+  seeds that the design does not have.
+* It is standard and checkable: the statistic and p-value equal statsmodels'
+  ``StratifiedTable.test_null_odds(correction=False)`` (tests/evaluation/test_pooled.py, on random
+  tables).
+
+What it assumes: the chi-square(1) approximation, which wants a reasonable number of informative
+items (items where the arms' seeds disagree); with only a handful, read the per-seed McNemar rows
+too. It treats seed-to-seed variation within an arm as binomial noise per item; when seeds disagree
+much more than that (training instability), the spread columns show it and the test is optimistic.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+__all__ = ["PooledComparison", "cmh_test", "item_tables", "pooled_comparison", "seed_spread"]
+
+
+def item_tables(a_by_seed: Sequence[Sequence[bool]], b_by_seed: Sequence[Sequence[bool]]) -> list[tuple[int, int, int, int]]:
+    """Per item, ``(a_correct, a_seeds, b_correct, b_seeds)``: the CMH strata."""
+    for name, runs in (("A", a_by_seed), ("B", b_by_seed)):
+        if not runs:
+            raise ValueError(f"arm {name} has no seeds")
+        if any(len(r) != len(runs[0]) for r in runs):
+            raise ValueError(f"arm {name}'s seeds answered different numbers of items")
+    if len(a_by_seed[0]) != len(b_by_seed[0]):
+        raise ValueError(f"the arms answered different numbers of items ({len(a_by_seed[0])} and {len(b_by_seed[0])})")
+    n_a, n_b = len(a_by_seed), len(b_by_seed)
+    return [(sum(bool(r[i]) for r in a_by_seed), n_a, sum(bool(r[i]) for r in b_by_seed), n_b) for i in range(len(a_by_seed[0]))]
+
+
+def cmh_test(tables: Sequence[tuple[int, int, int, int]]) -> tuple[float, float]:
+    """Cochran-Mantel-Haenszel chi-square (1 df, no continuity correction) and its p-value.
+
+    Each stratum is ``(a_correct, a_total, b_correct, b_total)``. Strata where every outcome is the
+    same carry no information (variance 0) and drop out. No informative stratum: statistic 0, p = 1.
+
+    >>> cmh_test([(1, 1, 0, 1)] * 3 + [(0, 1, 1, 1)] * 1)  # one seed each: McNemar b=1, c=3
+    (1.0, 0.31731050786291415)
+    """
+    deviation, variance = 0.0, 0.0
+    for a, n_a, b, n_b in tables:
+        total = n_a + n_b
+        correct = a + b
+        if total < 2 or correct in (0, total):
+            continue
+        deviation += a - n_a * correct / total
+        variance += n_a * n_b * correct * (total - correct) / (total * total * (total - 1))
+    if variance == 0:
+        return 0.0, 1.0
+    statistic = deviation * deviation / variance
+    return statistic, math.erfc(math.sqrt(statistic / 2))  # chi-square(1) upper tail
+
+
+def seed_spread(accuracies: Sequence[float]) -> dict:
+    """Mean, sample standard deviation (None for one seed) and range of per-seed accuracies."""
+    return {"mean": statistics.fmean(accuracies), "sd": statistics.stdev(accuracies) if len(accuracies) > 1 else None,
+            "min": min(accuracies), "max": max(accuracies)}
+
+
+@dataclass(frozen=True)
+class PooledComparison:
+    """Arm B (its seeds) against arm A (its seeds), pooled over seeds and paired by item."""
+
+    n: int  # items
+    seeds_a: int
+    seeds_b: int
+    acc_a: float  # mean over seeds
+    acc_b: float
+    delta: float  # acc_b - acc_a
+    informative_items: int  # items where the seeds of the two arms did not all agree
+    statistic: float
+    p_value: float
+    alpha: float
+    verdict: str
+
+
+def pooled_comparison(a_by_seed: Sequence[Sequence[bool]], b_by_seed: Sequence[Sequence[bool]], alpha: float = 0.05) -> PooledComparison:
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    tables = item_tables(a_by_seed, b_by_seed)
+    statistic, p_value = cmh_test(tables)
+    n = len(tables)
+    acc_a = statistics.fmean(sum(map(bool, r)) / n for r in a_by_seed)
+    acc_b = statistics.fmean(sum(map(bool, r)) / n for r in b_by_seed)
+    if p_value < alpha and acc_b > acc_a:
+        verdict = "significant improvement"
+    elif p_value < alpha and acc_b < acc_a:
+        verdict = "significant regression"
+    else:
+        verdict = "no measurable difference"
+    informative = sum(1 for a, n_a, b, n_b in tables if 0 < a + b < n_a + n_b)
+    return PooledComparison(n, len(a_by_seed), len(b_by_seed), acc_a, acc_b, acc_b - acc_a, informative, statistic, p_value, alpha, verdict)
