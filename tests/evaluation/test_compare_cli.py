@@ -291,3 +291,62 @@ def test_compare_cli_end_to_end_two_tiny_models_then_from_the_cache(cli, tmp_pat
     assert "| qwen (cached) |" in again.stdout and "| llama (cached) |" in again.stdout
     assert "qwen: 8/8 generations from the cache" in again.stderr and "generated" not in again.stderr
     assert json.loads((out / "report.json").read_text())["comparisons"] == report["comparisons"]
+
+
+# --- several seeds per arm -------------------------------------------------------------------
+
+
+def test_several_seed_arm_from_a_list_or_a_glob(adapters, tmp_path):
+    runs = [make_run(tmp_path / f"kl-s{i}", adapters[i % 2], steps=[1], final_step=1) for i in range(3)]
+    by_list, _ = plan_arms([f"kl={','.join(map(str, runs))}"])
+    by_glob, steps = plan_arms([f"kl={tmp_path}/kl-s*"])
+    assert by_list == by_glob and steps == {}  # members count through their final model only
+    assert [(a["name"], a.get("group")) for a in by_glob] == [("base", None), ("kl@run-0", "kl"), ("kl@run-1", "kl"), ("kl@run-2", "kl")]
+    with pytest.raises(UserError, match="matches nothing"):
+        plan_arms([f"kl={tmp_path}/nope-*"])
+    unfinished = make_run(tmp_path / "unfinished", adapters[0], steps=[1], final_step=None)
+    with pytest.raises(UserError, match="has no final model"):
+        plan_arms([f"kl={runs[0]},{unfinished}"])
+    with pytest.raises(UserError, match="used twice"):
+        plan_arms([f"kl={runs[0]},{runs[1]}", "kl=tiny:qwen2-1m"])
+
+
+def test_report_pools_seeds_with_cmh_and_keeps_mcnemar_for_single_arms():
+    from posttrain.evaluation.pooled import cmh_test, item_tables
+    from posttrain.evaluation.report import build_report, render_markdown
+
+    import random
+
+    rng = random.Random(3)
+    n = 60
+
+    def records(p):
+        return [{"id": i, "strict": rng.random() < p, "loose": rng.random() < p, "format": 1.0, "completion_tokens": 5,
+                 "finish_reason": "stop"} for i in range(n)]
+
+    arms = [{"name": "base", "spec": "b"}, {"name": "sft", "spec": "s"},
+            *[{"name": f"kl@run-{i}", "spec": f"k{i}", "group": "kl"} for i in range(3)]]
+    recs = {"base": records(0.3), "sft": records(0.4), **{f"kl@run-{i}": records(0.6) for i in range(3)}}
+    report = build_report(arms, recs, task="t", alpha=0.05, settings={})
+    assert {(c["arm_a"], c["arm_b"]) for c in report["comparisons"]} == {("base", "sft")}  # seeds are not paired one by one
+    assert {(c["arm_a"], c["arm_b"]) for c in report["pooled_comparisons"]} == {("base", "kl"), ("sft", "kl")}
+    [group] = report["seed_groups"]
+    assert group["seeds"] == 3 and group["strict"]["per_seed"] == [sum(r["strict"] for r in recs[f"kl@run-{i}"]) / n for i in range(3)]
+    row = next(c for c in report["pooled_comparisons"] if c["arm_a"] == "base" and c["metric"] == "strict")
+    tables = item_tables([[r["strict"] for r in recs["base"]]], [[r["strict"] for r in recs[f"kl@run-{i}"]] for i in range(3)])
+    assert (row["statistic"], row["p_value"]) == cmh_test(tables)
+    assert row["verdict"] == "significant improvement" and row["seeds_a"] == 1 and row["seeds_b"] == 3
+    text = render_markdown(report)
+    assert "## arms with several seeds" in text and "Cochran-Mantel-Haenszel by item" in text
+    assert "| kl | 3 |" in text
+
+
+def test_compare_cli_with_a_several_seed_arm(adapters, tmp_path, capsys):
+    runs = [make_run(tmp_path / f"s{i}", adapters[i % 2], steps=[], final_step=1) for i in range(2)]
+    out = tmp_path / "cmp"
+    assert posttrain_main(["compare", "--arm", f"lora={runs[0]},{runs[1]}", "--task", "arithmetic", "--n", "3",
+                           "--max-new-tokens", "3", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| lora | 2 |" in printed and "| strict | base | lora | 1/2 |" in printed
+    report = json.loads((out / "report.json").read_text())
+    assert [a["arm"] for a in report["arms"]] == ["base", "lora@run-0", "lora@run-1"] and report["comparisons"] == []

@@ -80,7 +80,9 @@ def add_parser(subparsers) -> None:
                     "exact McNemar test with a CI of the accuracy difference that agrees with it. Writes OUT/report.md,\n"
                     "OUT/report.json and OUT/samples/ARM.jsonl.",
         epilog=EPILOG + "\narms:\n  NAME=SPEC; adapters of one base add arm 'base' (unless --no-base); a run directory with\n"
-                        "  checkpoint-N folders adds NAME@step-N per checkpoint plus NAME for its final model.\n\n"
+                        "  checkpoint-N folders adds NAME@step-N per checkpoint plus NAME for its final model.\n"
+                        "  several seeds: NAME=runs/a,runs/b,runs/c or NAME='runs/kl-s*' (quoted glob): per-seed and mean\n"
+                        "  accuracy, spread, and a pooled paired test (Cochran-Mantel-Haenszel by item) against every other arm.\n\n"
                         "example:\n  posttrain compare --arm a=tiny:qwen2-1m --arm b=tiny:llama-1m --task arithmetic --n 50\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arm", action="append", metavar="NAME=SPEC", help="an arm to compare (repeat the flag)")
@@ -101,8 +103,33 @@ def parse_arm(text: str) -> tuple[str, str]:
     if not ARM_NAME.fullmatch(name):
         raise UserError(f"--arm {text!r}: the name {name!r} may hold only letters, digits, '_', '.' and '-' "
                         "(it names output files; '@' is reserved for checkpoint arms)")
-    _check_spec(spec, f"--arm {text!r}")
+    if group_members(spec) is None:
+        _check_spec(spec, f"--arm {text!r}")
     return name, spec
+
+
+def group_members(spec: str) -> list[str] | None:
+    """The runs of a several-seed arm: ``a,b,c`` or a glob (``runs/kl-s*``, sorted); None for one model.
+
+    Each member must be a model: a run directory counts through its final model (its checkpoints
+    are not expanded), so every seed is compared at the end of its training."""
+    if "," in spec:
+        members = [m.strip() for m in spec.split(",") if m.strip()]
+    elif any(c in spec for c in "*?["):
+        import glob
+
+        members = sorted(glob.glob(str(Path(spec).expanduser())))
+        if not members:
+            raise UserError(f"--arm ...={spec}: the pattern matches nothing; give run directories, e.g. 'runs/kl-s*' or runs/a,runs/b")
+    else:
+        return None
+    for member in members:
+        _check_spec(member, f"--arm ...={spec} (member {member})")
+        path = Path(member).expanduser()
+        if path.is_dir() and not _is_model_dir(path):
+            raise UserError(f"--arm ...={spec}: {member} has no final model (a run still training, or a folder of runs?); "
+                            "every member of a several-seed arm must be one finished model or run")
+    return members
 
 
 def _check_spec(spec: str, where: str) -> None:
@@ -173,20 +200,28 @@ def _same_model(a: str, b: str) -> bool:
 def plan_arms(arm_args: list[str], no_base: bool = False) -> tuple[list[dict], dict[str, list[dict]]]:
     """The arms to evaluate, in display order, and the steps tables of run directories.
 
-    Arms are ``{"name", "spec"}`` dicts. The base rule: when the adapter arms all name one base
+    Arms are ``{"name", "spec"}`` dicts; members of a several-seed arm (``NAME=a,b,c`` or a glob)
+    are ``NAME@run-I`` with ``"group": NAME``. The base rule: when the adapter arms all name one base
     model, that base joins first as arm ``base`` (unless ``no_base``, an arm already evaluates it,
     or the name ``base`` is taken); runs made of adapters then show it as step 0.
     """
     arms: list[dict] = []
     steps: dict[str, list[dict]] = {}
+    groups = []
     for text in arm_args:
         name, spec = parse_arm(text)
+        members = group_members(spec)
+        if members is not None:  # several seeds: one arm per run, pooled in the report
+            arms += [{"name": f"{name}@run-{i}", "spec": member, "group": name} for i, member in enumerate(members)]
+            groups.append(name)
+            continue
         expanded, run_steps = expand_arm(name, spec)
         arms += expanded
         if run_steps:
             steps[name] = run_steps
     names = [arm["name"] for arm in arms]
-    repeated = sorted({n for n in names if names.count(n) > 1})
+    taken = names + groups
+    repeated = sorted({n for n in taken if taken.count(n) > 1})
     if repeated:
         raise UserError(f"--arm: the name {repeated[0]!r} is used twice; give every arm its own name")
 

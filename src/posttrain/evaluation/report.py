@@ -24,6 +24,7 @@ from dataclasses import asdict
 from statistics import NormalDist, fmean
 
 from posttrain.errors import UserError
+from posttrain.evaluation.pooled import pooled_comparison, seed_spread
 from posttrain.evaluation.statistics import paired_comparison
 
 __all__ = ["METRICS", "build_report", "pairwise", "plot_accuracy", "render_markdown", "summarize_arm", "wilson_interval"]
@@ -87,6 +88,61 @@ def pairwise(records_by_arm: dict[str, list[dict]], alpha: float = 0.05) -> list
     return rows
 
 
+def _units(arms: list[dict]) -> list[tuple[str, list[str]]]:
+    """(name, member arm names) in display order: a several-seed arm is one unit, any other arm its own."""
+    units: list[tuple[str, list[str]]] = []
+    index: dict[str, int] = {}
+    for arm in arms:
+        group = arm.get("group")
+        if group is None:
+            units.append((arm["name"], [arm["name"]]))
+        elif group in index:
+            units[index[group]][1].append(arm["name"])
+        else:
+            index[group] = len(units)
+            units.append((group, [arm["name"]]))
+    return units
+
+
+def _aligned(records_by_arm: dict[str, list[dict]], names: list[str], ids: list, metric: str) -> list[list[bool]]:
+    out = []
+    for name in names:
+        by_id = {r["id"]: r for r in records_by_arm[name]}
+        if set(by_id) != set(ids) or len(records_by_arm[name]) != len(ids):
+            raise ValueError(f"arm {name!r} answered different items; a paired comparison needs the same ids")
+        out.append([bool(by_id[i][metric]) for i in ids])
+    return out
+
+
+def seed_groups(arms: list[dict], records_by_arm: dict[str, list[dict]], alpha: float) -> tuple[list[dict], list[dict]]:
+    """Several-seed arms: per-group rows (per-seed accuracy, mean, spread) and pooled comparisons
+    (CMH by item, ``posttrain.evaluation.pooled``) of every pair of units where one has several seeds."""
+    if not any(arm.get("group") for arm in arms):
+        return [], []
+    units = _units(arms)
+    specs = {arm["name"]: arm["spec"] for arm in arms}
+    grouped = {arm["group"] for arm in arms if arm.get("group")}
+    ids = [r["id"] for r in records_by_arm[arms[0]["name"]]]
+    groups = []
+    for name, members in units:
+        if name not in grouped:
+            continue
+        row = {"arm": name, "seeds": len(members), "members": [{"arm": m, "spec": specs[m]} for m in members]}
+        for metric in METRICS:
+            accs = [sum(o) / len(o) for o in _aligned(records_by_arm, members, ids, metric)]
+            row[metric] = {"per_seed": accs, **seed_spread(accs)}
+        groups.append(row)
+    rows = []
+    for (a_name, a_members), (b_name, b_members) in itertools.combinations(units, 2):
+        if a_name not in grouped and b_name not in grouped:
+            continue  # two single models: the exact McNemar table has them
+        for metric in METRICS:
+            result = pooled_comparison(_aligned(records_by_arm, a_members, ids, metric),
+                                       _aligned(records_by_arm, b_members, ids, metric), alpha)
+            rows.append({"metric": metric, "arm_a": a_name, "arm_b": b_name, **asdict(result)})
+    return groups, rows
+
+
 def build_report(arms: list[dict], records_by_arm: dict[str, list[dict]], *, task: str, alpha: float,
                  settings: dict, steps: dict[str, list[dict]] | None = None) -> dict:
     """The whole report as JSON-ready data.
@@ -97,7 +153,9 @@ def build_report(arms: list[dict], records_by_arm: dict[str, list[dict]], *, tas
     if not 0 < alpha < 1:
         raise UserError(f"--alpha {alpha}: must be between 0 and 1 (0.05 is the usual choice)")
     summaries = [summarize_arm(arm, records_by_arm[arm["name"]], alpha) for arm in arms]
-    ordered = {arm["name"]: records_by_arm[arm["name"]] for arm in arms}
+    # seeds of a several-seed arm are compared pooled (seed_groups), not pair by pair
+    ordered = {arm["name"]: records_by_arm[arm["name"]] for arm in arms if not arm.get("group")}
+    groups, pooled = seed_groups(arms, records_by_arm, alpha)
     return {
         "task": task,
         "n": summaries[0]["n"] if summaries else 0,
@@ -105,6 +163,8 @@ def build_report(arms: list[dict], records_by_arm: dict[str, list[dict]], *, tas
         "settings": settings,
         "arms": summaries,
         "comparisons": pairwise(ordered, alpha),
+        "seed_groups": groups,
+        "pooled_comparisons": pooled,
         "steps": steps or {},
     }
 
@@ -157,7 +217,35 @@ def render_markdown(report: dict) -> str:
                   "the verdict is significant when p < alpha, and then (only then) the CI, which inverts the same exact test "
                   "on the discordant items, excludes 0. Each pair is tested on its own (no correction for "
                   "multiple comparisons).", ""]
+    parts += _render_seed_groups(report)
     return "\n".join(parts)
+
+
+def _spread_cell(stats: dict) -> str:
+    sd = "-" if stats["sd"] is None else f"{100 * stats['sd']:.1f}"
+    return f"{_pct(stats['mean'])} (sd {sd}, {100 * stats['min']:.1f}-{100 * stats['max']:.1f})"
+
+
+def _render_seed_groups(report: dict) -> list[str]:
+    groups, pooled = report.get("seed_groups") or [], report.get("pooled_comparisons") or []
+    if not groups:
+        return []
+    parts = ["## arms with several seeds", ""]
+    parts += [_table(["arm", "seeds", "strict per seed", "strict mean (sd, range)", "loose per seed", "loose mean (sd, range)"], [
+        [g["arm"], g["seeds"], ", ".join(_pct(x) for x in g["strict"]["per_seed"]), _spread_cell(g["strict"]),
+         ", ".join(_pct(x) for x in g["loose"]["per_seed"]), _spread_cell(g["loose"])] for g in groups]), ""]
+    parts += ["members: " + "; ".join(f"{m['arm']} = `{m['spec']}`" for g in groups for m in g["members"]), ""]
+    if pooled:
+        parts += [f"## pooled paired comparison across seeds: B against A (Cochran-Mantel-Haenszel by item, alpha={report['alpha']:g})", ""]
+        parts += [_table(["metric", "A", "B", "seeds A/B", "mean acc A", "mean acc B", "B - A", "informative items",
+                          "chi2", "p-value", "verdict"], [
+            [c["metric"], c["arm_a"], c["arm_b"], f"{c['seeds_a']}/{c['seeds_b']}", _pct(c["acc_a"]), _pct(c["acc_b"]),
+             f"{100 * c['delta']:+.1f} pts", c["informative_items"], f"{c['statistic']:.3g}", f"{c['p_value']:.3g}",
+             c["verdict"]] for c in pooled]), ""]
+        parts += ["Each item is a stratum: arm x correct, counted over each arm's seeds; items on which every seed of both "
+                  "arms agrees carry no evidence (informative items are the rest). With one seed per arm this is McNemar's "
+                  "chi-square. Chi-square(1) approximation, no continuity correction; no multiple-comparison correction.", ""]
+    return parts
 
 
 def plot_accuracy(report: dict, path: str) -> None:
