@@ -29,6 +29,7 @@ VLM_BUILD = "sft_vlm" in TRAINING_MODELS and "image_columns" in DatasetSpec.mode
 BLOCKED = {
     "training/ppo_lora.yaml": ["training.algorithm"],
     "training/sft_vlm_lora.yaml": ["training.algorithm", "data.datasets[0].image_columns", "data.image_cache_dir", "data.max_image_pixels"],
+    "training/sft_vlm_split.yaml": ["training.algorithm", "data.datasets[0].image_columns"],
     "inference/vlm_images.yaml": ["inference.image_columns", "inference.max_image_pixels"],
 }
 

@@ -56,6 +56,11 @@ MEDIA_DATA_KEYS = [f"{m}_{s}" for m in ("image", "video") for s in ("cache_dir",
     "max_image_pixels", "video_num_frames", "video_fps", "video_backend"]
 
 
+# FAI-RL media settings -> posttrain's names; the loader settings have no per-recipe key in posttrain.
+MEDIA_RENAMED = {"video_num_frames": "video_max_frames"}
+MEDIA_LOADER_KEYS = {k for k in MEDIA_DATA_KEYS if k.endswith(("cache_dir", "fetch_timeout", "fetch_retries", "s3_region", "s3_endpoint_url"))} | {"video_backend"}
+
+
 def _posttrain_default(algorithm: str, key: str):
     """What posttrain would use for a training key the converted recipe leaves out."""
     from posttrain.recipe.defaults import defaults_for
@@ -210,6 +215,16 @@ def _templates(conv: Conversion, spec: dict, data: dict, i: int, algorithm: str)
     columns = spec.get("dataset_columns")
     system, user, assistant = data.get("system_prompt"), data.get("user_prompt"), data.get("assistant_prompt")
     key = f"data.datasets[{i}]"
+    pure = lambda t: isinstance(t, str) and t.startswith("{") and t.endswith("}") and t[1:-1].isidentifier()  # noqa: E731
+    if algorithm == "sft_vlm" and pure(user) and pure(assistant) and not system:
+        conv.add(f"{key}.dataset_columns", f"{key}.prompt_column/completion_column",
+                 f"user_prompt {user} and assistant_prompt {assistant} name one column each: read as the prompt and completion")
+        return {"prompt_column": user[1:-1], "completion_column": assistant[1:-1]}
+    if algorithm == "sft_vlm" and columns and (system or user):
+        conv.add(f"{key}.dataset_columns", note="posttrain's sft_vlm reads a prompt and a completion column (or chats) beside the "
+                 "image columns; FAI-RL's str.format templates over dataset_columns have no sft_vlm equivalent: write the "
+                 "rendered prompt and response as columns", blocking=True)
+        return None
     if algorithm not in ("sft", "sft_vlm"):
         if columns:
             conv.add(f"{key}.dataset_columns", note=f"FAI-RL's {algorithm} never read it")
@@ -290,6 +305,8 @@ def _data(conv: Conversion, out: dict, data: dict, algorithm: str) -> None:
                     conv.add(k, k, "a literal system turn before each prompt, as in FAI-RL (it was not a template there either)")
             elif templated:
                 conv.add(k, "data.datasets[i].*_template", "moved into each dataset's templates")
+            elif algorithm == "sft_vlm" and value and any((ds or {}).get("dataset_columns") for ds in data.get("datasets") or []):
+                conv.add(k, note="part of the template over dataset_columns (see that row)")
             elif algorithm in ("sft", "sft_vlm") and value:
                 conv.add(k, note="FAI-RL used it only together with dataset_columns (or user_prompt + assistant_prompt); here it did nothing")
             elif value:
@@ -318,12 +335,15 @@ def _data(conv: Conversion, out: dict, data: dict, algorithm: str) -> None:
             else:
                 conv.add(k, note="1 process (the default), or an algorithm whose FAI-RL trainer never read it")
         elif key in MEDIA_DATA_KEYS:
-            target = f"data.{key}"
+            target = f"data.{MEDIA_RENAMED.get(key, key)}"
             if value is None:
                 conv.add(k, note="null: the default")
+            elif key in MEDIA_LOADER_KEYS and schema_has("data.datasets[i].image_columns"):
+                conv.add(k, note="posttrain's media loader caches downloads per machine (~/.cache/posttrain), retries with the "
+                         "shared HTTP rule and reads s3:// with the AWS environment; no per-recipe setting")
             elif algorithm == "sft_vlm" and schema_has(target):
-                d[key] = value
-                conv.add(k, target)
+                d[target.split(".")[1]] = value
+                conv.add(k, target, "" if target == f"data.{key}" else "renamed")
             else:
                 conv.add(k, note=f"this build of posttrain has no vision-language data key {target}", blocking=True)
         else:
