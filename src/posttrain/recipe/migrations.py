@@ -42,7 +42,6 @@ MIGRATIONS: dict[str, str] = {
     "model.s3_region": "use s3.region (it applies to s3:// models and data too).",
     "model.s3_endpoint_url": "use s3.endpoint_url (it applies to s3:// models and data too).",
     "model.ignore_mismatched_sizes": "posttrain never loads weights of another shape; remove it.",
-    "model.freeze_vision_tower": "a vision-language setting of FAI-RL's sft_vlm; " + _CONVERT + ".",
     "data.max_length": "FAI-RL's data.max_length is the sequence length: use training.max_length (SFT, CPT, DPO). "
     "In FAI-RL's GRPO/GSPO it only set max_completion_length = max_length - max_prompt_length: use "
     "training.max_completion_length.",
@@ -70,14 +69,14 @@ for _media in ("image", "video"):
     for _suffix in ("cache_dir", "fetch_timeout", "fetch_retries", "s3_region", "s3_endpoint_url"):
         MIGRATIONS[f"data.{_media}_{_suffix}"] = f"a FAI-RL {_media} setting: " + _CONVERT + " into the vision-language data keys."
     MIGRATIONS[f"data.datasets.*.{_media}_columns"] = f"FAI-RL's {_media} columns: " + _CONVERT + " into the vision-language data keys."
-for _key in ("max_image_pixels", "video_num_frames", "video_fps", "video_backend"):
+for _key in ("video_num_frames", "video_backend"):  # (max_image_pixels and video_fps are posttrain keys too)
     MIGRATIONS[f"data.{_key}"] = "a FAI-RL media setting: " + _CONVERT + " into the vision-language data keys."
 
 # training.algorithm values of other tools that posttrain does not (or not yet) run.
 ALGORITHM_MIGRATIONS: dict[str, str] = {
     "ppo": "posttrain has no PPO (FAI-RL's ppo trained against a reward model); GRPO with a reward (training.rewards) "
     "is the closest: set training.algorithm=grpo.",
-    "sft_vlm": "FAI-RL's vision-language SFT; this build of posttrain has no sft_vlm algorithm yet.",
+    "sft_vlm": "FAI-RL's vision-language SFT; this build of posttrain has no sft_vlm algorithm.",
 }
 
 
