@@ -43,14 +43,14 @@ class DropRow(Exception):
 # --------------------------------------------------------------------------------- media access
 def media_settings(data_cfg):
     """The media loader's settings for this recipe's data section."""
-    from .media_access import MediaSettings
+    from .media import MediaSettings
 
     return MediaSettings(max_image_pixels=data_cfg.max_image_pixels)
 
 
 def row_media(record: dict, spec, base_dir: Path, data_cfg, settings) -> tuple[list, list[list]]:
     """(images, videos as frame lists) of one row, in column order; raises DropRow when one fails."""
-    from .media_access import MediaError, load_images, load_video_frames
+    from .media import MediaError, load_images, load_video_frames
 
     images, videos = [], []
     try:
