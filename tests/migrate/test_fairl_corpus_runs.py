@@ -1,9 +1,10 @@
 """Converted FAI-RL recipes run for real: model swapped to `tiny:`, data to local files, 2 training steps.
 
-Two training recipes where conversion has the most to get right: SFT from split-mode chat templates
-(with FAI-RL's held-out evaluation and early stopping) and GRPO with a local reward function (DPO's
-beta is checked at conversion level, and posttrain's own DPO tests check that beta reaches TRL); then the converted inference recipe generates from the SFT run's model and
-the converted evaluation recipe scores it on a local GSM8K-shaped file.
+The recipes where conversion has the most to get right: SFT from split-mode chat templates (with
+FAI-RL's held-out evaluation and early stopping), GRPO with a local reward function, and sft_vlm in
+split mode on the tiny vision-language model; the converted inference recipe then generates from
+the SFT run's model and the converted evaluation recipe scores it on a local GSM8K-shaped file.
+DPO's beta is checked at conversion level (posttrain's own DPO tests check that beta reaches TRL).
 """
 
 from __future__ import annotations
@@ -96,3 +97,19 @@ def test_grpo_trains_with_the_local_reward_function_and_no_kl(cli, work):
     assert config["max_completion_length"] == 8 and config["beta"] == 0.0
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert any(m.get("rewards/exact_match/mean") is not None or "reward" in m for m in metrics)
+
+
+def test_sft_vlm_split_mode_trains_on_images(cli, work):
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "posttrain.data.shapes", str(work / "shapes"), "--n", "16", "--n-test", "4"],
+                   check=True, capture_output=True)
+    recipe = convert(cli, "training/sft_vlm_split.yaml", work / "vlm.yaml")
+    run = train(cli, recipe, work, "model.base_model_name=tiny:llava-2m", f"data.datasets[0].name={work / 'shapes' / 'train.jsonl'}",
+                "data.datasets[0].image_columns=[image]", "data.datasets[0].prompt_column=prompt",
+                "data.datasets[0].completion_column=completion", "training.gradient_accumulation_steps=1",
+                "training.per_device_train_batch_size=4")
+    resolved = (run / "resolved_recipe.yaml").read_text()
+    assert "freeze_vision_tower: true" in resolved and "video_max_frames: 8" in resolved
+    assert (run / "adapter_model.safetensors").is_file()
