@@ -91,14 +91,16 @@ def _template(conv: Conversion, body: dict, out: dict, kind: str) -> None:
         conv.add(f"{kind}.system_prompt", f"{kind}.prompt_template",
                  "FAI-RL's flat mode sent the rendered template as the whole prompt; posttrain sends it as the user turn "
                  "through the chat template (inference.use_chat_template=false sends it raw); a missing column is an error")
-    if "dataset_columns" in body:
-        conv.add(f"{kind}.dataset_columns", f"{kind}.prompt_template placeholders" if (system or user) else "-",
-                 "the template names the columns it reads" if (system or user) else "without a template FAI-RL joined the "
-                 f"columns {columns}; posttrain reads the 'prompt' column (set {kind}.prompt_column or prompt_template)")
-        if not (system or user) and columns:
-            out["prompt_template"] = "\n".join("{" + c + "}" for c in columns)
-            conv.rows[-1] = conv.rows[-1].__class__(f"{kind}.dataset_columns", f"{kind}.prompt_template",
-                                                    "FAI-RL joined these columns into the prompt; written as a template joining them with newlines")
+    if "dataset_columns" not in body:
+        return
+    if system or user:
+        conv.add(f"{kind}.dataset_columns", f"{kind}.prompt_template placeholders", "the template names the columns it reads")
+    elif columns:
+        out["prompt_template"] = "\n".join("{" + c + "}" for c in columns)
+        conv.add(f"{kind}.dataset_columns", f"{kind}.prompt_template",
+                 "FAI-RL concatenated these columns into the prompt; written as a template joining them with newlines (edit the separator if yours differed)")
+    else:
+        conv.add(f"{kind}.dataset_columns", note="empty: the 'prompt' column is read")
 
 
 def _inference(conv: Conversion, body: dict, out: dict, models: list[str]) -> None:

@@ -20,7 +20,7 @@ import copy
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, StrictBool, StrictInt, ValidationError, model_validator
+from pydantic import Field, StrictBool, StrictInt, ValidationError, model_validator
 
 from .errors import Problem, RecipeError
 from .schema import Section
@@ -159,7 +159,3 @@ def resolved(recipe: TaskRecipe) -> dict:
 
 def is_task_recipe(raw: dict) -> bool:
     return isinstance(raw, dict) and ("inference" in raw or "evaluation" in raw) and "training" not in raw
-
-
-def field_names(section: type[BaseModel]) -> list[str]:
-    return list(section.model_fields)
