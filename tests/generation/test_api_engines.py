@@ -437,3 +437,13 @@ def test_cli_401_message_hides_the_key(serve, tmp_path):
     assert "HTTP 401" in result.stderr and "Traceback" not in result.stderr
     assert KEY not in result.stderr + result.stdout
     assert all(KEY not in p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("provider", ENGINES)
+def test_a_redirect_is_not_followed_with_the_key(http_server, provider):
+    elsewhere = http_server()
+    redirecting = http_server(handler=lambda m, p, h, b: (307, {"Location": elsewhere.url + p}, b""))
+    engine = ENGINES[provider](MODEL, base_url=redirecting.url + "/v1", api_key=KEY, **FAST)
+    with pytest.raises(UserError, match="HTTP 307: redirected to .* not followed"):
+        engine.generate(["hi"], PARAMS)
+    assert elsewhere.requests == []  # the key never left for the other host

@@ -110,3 +110,13 @@ def test_max_bytes_stops_a_large_body(http_server):
         send("GET", server.url + "/f", timeout=5, max_bytes=1000)
     assert e.value.kind == "too_large" and not is_retryable(e.value)
     assert send("GET", server.url + "/f", timeout=5, max_bytes=len(BODY)).content == BODY
+
+
+def test_redirects_are_followed_for_plain_gets_and_refused_with_credentials(http_server):
+    target = http_server({"/f": BODY})
+    origin = http_server(handler=lambda m, p, h, b: (307, {"Location": target.url + "/f"}, b""))
+    assert send("GET", origin.url + "/x", timeout=5).content == BODY  # media behind a CDN redirect
+    with pytest.raises(HTTPStatusError) as e:
+        send("POST", origin.url + "/x", json={}, headers={"x-api-key": "secret"}, timeout=5, follow_redirects=False)
+    assert e.value.status == 307 and "not followed" in e.value.text and not is_retryable(e.value)
+    assert all("x-api-key" not in r["headers"] for r in target.requests)  # the key never went to the other host

@@ -154,3 +154,12 @@ def test_failure_messages_hide_credentials_in_the_url():
     with pytest.raises(RewardServiceError) as failure:
         http_reward(["x"], url="http://bob:pw-SECRET@127.0.0.1:9/score?api_key=SECRET2", retries=0, timeout=2)
     assert "SECRET" not in str(failure.value) and "http://bob:***@127.0.0.1:9/score?api_key=***" in str(failure.value)
+
+
+def test_a_redirect_is_not_followed_with_the_key(http_server, monkeypatch):
+    monkeypatch.setenv("SCORER_KEY", "sk-very-secret")
+    elsewhere = http_server()
+    redirecting = http_server(handler=lambda m, p, h, b: (308, {"Location": elsewhere.url + "/score"}, b""))
+    with pytest.raises(RewardServiceError, match="HTTP 308, a redirect, not followed"):
+        get_reward("http", url=redirecting.url + "/score", api_key_env="SCORER_KEY", retries=0)(["5"], answer=["5"])
+    assert elsewhere.requests == []

@@ -189,7 +189,7 @@ class HTTPEngine:
 
         try:
             response = call_with_retries(
-                lambda: send("POST", url, json=body, headers=headers, timeout=self.timeout), policy=self.policy,
+                lambda: send("POST", url, json=body, headers=headers, timeout=self.timeout, follow_redirects=False), policy=self.policy,
                 retryable=is_retryable, retry_after=retry_after_of, on_attempt=note, what=self.name,
                 describe=lambda e: self.key.scrub(str(e)))
         except HTTPStatusError as e:

@@ -85,19 +85,22 @@ def client():
 
 
 def send(method: str, url: str, *, timeout: float, headers: dict | None = None, json=None, content: bytes | None = None,
-         max_bytes: int | None = None, raise_for_status: bool = True) -> Response:
+         max_bytes: int | None = None, raise_for_status: bool = True, follow_redirects: bool = True) -> Response:
     """One request through the shared client; the whole body is read before returning.
 
     ``timeout``: seconds for connecting and for each wait between reads of the answer (a server
     that trickles bytes is not cut off; one that goes silent is). ``max_bytes``: refuse a body
     larger than this (checked while it streams, so a huge file is not held in memory).
+    ``follow_redirects=False`` for requests that carry a secret in a header: httpx drops only
+    ``Authorization`` on a redirect to another host, not ``x-api-key`` and the like, so such a
+    redirect is an error (HTTPStatusError with the 3xx status and its Location) instead.
     """
     import httpx
 
     try:
         request = client().build_request(method, url, headers=headers, json=json, content=content,
                                          timeout=httpx.Timeout(timeout))
-        response = client().send(request, stream=True)
+        response = client().send(request, stream=True, follow_redirects=follow_redirects)
         try:
             chunks, size = [], 0
             for chunk in response.iter_bytes():
@@ -120,6 +123,9 @@ def send(method: str, url: str, *, timeout: float, headers: dict | None = None, 
     out = Response(response.status_code, b"".join(chunks), {k.lower(): v for k, v in response.headers.items()})
     if raise_for_status and out.status >= 400:
         raise HTTPStatusError(out.status, out.text(), parse_retry_after(out.headers.get("retry-after")))
+    if raise_for_status and 300 <= out.status < 400 and not follow_redirects:
+        raise HTTPStatusError(out.status, f"redirected to {out.headers.get('location')!r}; not followed (the request "
+                                          f"carries credentials): use the final URL")
     return out
 
 

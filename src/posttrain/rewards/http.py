@@ -62,7 +62,7 @@ def _post(url: str, body: dict, headers: dict, timeout: float, policy: RetryPoli
     shown = redact_url(url)  # error messages reach logs: no user:password@ or ?api_key= in them
 
     def once() -> list:
-        response = send("POST", url, json=body, headers=headers, timeout=timeout)
+        response = send("POST", url, json=body, headers=headers, timeout=timeout, follow_redirects=False)
         try:
             rewards = json.loads(response.content)["rewards"]
         except (ValueError, KeyError, TypeError) as e:
@@ -80,6 +80,9 @@ def _post(url: str, body: dict, headers: dict, timeout: float, policy: RetryPoli
         return call_with_retries(once, policy=policy, retryable=is_retryable, retry_after=retry_after_of,
                                  on_attempt=lambda n: attempts.__setitem__(0, n), what=f"reward service {shown}")
     except HTTPStatusError as e:
+        if 300 <= e.status < 400:  # not followed: the request may carry a key (see posttrain.net.http.send)
+            raise RewardServiceError(f"reward service {shown} answered HTTP {e.status}, a redirect, not followed: the "
+                                     f"request may carry a key; give the final URL") from None
         if not is_retryable(e):
             raise RewardServiceError(f"reward service {shown} answered HTTP {e.status}; not retried (a client error)") from None
         last = f"HTTP {e.status}"
