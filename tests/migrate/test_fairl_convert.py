@@ -125,6 +125,9 @@ def test_disabled_sections_are_dropped_and_secrets_are_not_copied():
     dpo = convert(read_yaml(HERE / "fairl_corpus/training/dpo_lora_two_sets.yaml"))
     assert dpo.recipe["tracking"] == {"provider": "wandb", "project": "prefs", "run_name": "llama-dpo", "tags": ["DPO"]}
     assert "SECRET" not in to_yaml(dpo.recipe) + "".join(map(str, dpo.rows))
+    grpo = convert(read_yaml(HERE / "fairl_corpus/training/grpo_lora_reward_api.yaml"))
+    assert grpo.recipe["training"]["rewards"][0]["api_key_env"] == "REWARD_API_KEY"
+    assert "SECRET" not in to_yaml(grpo.recipe) + "".join(map(str, grpo.rows))
     api = convert(read_yaml(HERE / "fairl_corpus/inference/api_split_chat.yaml"))
     assert "SECRET" not in to_yaml(api.recipe) + "".join(map(str, api.rows))
 

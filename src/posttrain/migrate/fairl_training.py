@@ -216,7 +216,13 @@ def _templates(conv: Conversion, spec: dict, data: dict, i: int, algorithm: str)
     system, user, assistant = data.get("system_prompt"), data.get("user_prompt"), data.get("assistant_prompt")
     key = f"data.datasets[{i}]"
     pure = lambda t: isinstance(t, str) and t.startswith("{") and t.endswith("}") and t[1:-1].isidentifier()  # noqa: E731
-    if algorithm == "sft_vlm" and pure(user) and pure(assistant) and not system:
+    if algorithm == "sft_vlm" and pure(user) and pure(assistant) and system:
+        conv.add(f"{key}.dataset_columns", f"{key}.prompt_column/completion_column",
+                 f"user_prompt {user} and assistant_prompt {assistant} name one column each: read as the prompt and completion")
+        conv.add("data.system_prompt", note="posttrain's sft_vlm has no system-prompt setting: put the system turn into chat "
+                 "rows (messages_column) or drop it from the recipe", blocking=True)
+        return {"prompt_column": user[1:-1], "completion_column": assistant[1:-1]}
+    if algorithm == "sft_vlm" and pure(user) and pure(assistant):
         conv.add(f"{key}.dataset_columns", f"{key}.prompt_column/completion_column",
                  f"user_prompt {user} and assistant_prompt {assistant} name one column each: read as the prompt and completion")
         return {"prompt_column": user[1:-1], "completion_column": assistant[1:-1]}
@@ -305,6 +311,8 @@ def _data(conv: Conversion, out: dict, data: dict, algorithm: str) -> None:
                     conv.add(k, k, "a literal system turn before each prompt, as in FAI-RL (it was not a template there either)")
             elif templated:
                 conv.add(k, "data.datasets[i].*_template", "moved into each dataset's templates")
+            elif algorithm == "sft_vlm" and key == "system_prompt" and any(r.key == "data.system_prompt" for r in conv.rows):
+                continue  # already a row (with the templates)
             elif algorithm == "sft_vlm" and value and any((ds or {}).get("dataset_columns") for ds in data.get("datasets") or []):
                 conv.add(k, note="part of the template over dataset_columns (see that row)")
             elif algorithm in ("sft", "sft_vlm") and value:
@@ -450,6 +458,11 @@ def _evaluation(conv: Conversion, out: dict, training: dict, algorithm: str) -> 
     if not enabled or algorithm in ("grpo", "gspo"):
         for k in keys:
             conv.add(f"training.{k}", note="FAI-RL evaluated nothing here (no evaluation data); posttrain evaluates only when asked")
+        if algorithm not in ("grpo", "gspo") and "eval_enabled" not in training and "early_stopping" not in training:
+            conv.add("training.early_stopping (absent)", note="FAI-RL 0.2.19 defaults early_stopping to true (10% held out, "
+                     "patience 3); earlier 0.2.x evaluated nothing. Converted: no evaluation. To match 0.2.19 add "
+                     "data.eval_fraction=0.1 training.eval_strategy=steps training.eval_steps=500 "
+                     "training.early_stopping_patience=3 training.load_best_model_at_end=true")
         return
     d["eval_fraction"] = training.get("eval_split_ratio", 0.1)
     t["eval_strategy"] = "steps"
@@ -556,6 +569,15 @@ def _rewards(conv: Conversion, out: dict, raw: dict, algorithm: str) -> None:
                 conv.add(k, note="empty")
             elif key == "response_field" and value == "rewards":
                 conv.add(k, note="'rewards' is what posttrain reads too")
+            elif key in ("key", "api_key") and value:
+                reward["api_key_env"] = "REWARD_API_KEY"
+                conv.add(k, "training.rewards[0].api_key_env=REWARD_API_KEY", "a secret does not go in a recipe: export "
+                         "REWARD_API_KEY=<the key> (sent as 'Authorization: Bearer ...'); the key was not copied")
+            elif key in ("key", "api_key"):
+                conv.add(k, note="null: no key")
+            elif key == "model":
+                conv.add(k, note="FAI-RL's LLM-judge (subjective) reward called a model itself; posttrain's http reward posts "
+                         "completions to your service, which picks the judge model", blocking=True)
             elif key == "headers":
                 conv.add(k, note="headers hold secrets that a recipe must not: put the key in an environment variable and set "
                          "training.rewards[0].api_key_env (sent as 'Authorization: Bearer ...')", blocking=True)
