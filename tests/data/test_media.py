@@ -13,7 +13,7 @@ import time
 import pytest
 from PIL import Image
 
-from posttrain.data.media import (MediaError, MediaSettings, cache_path, collect_media, load_images, load_video_frames,
+from posttrain.data.media import (MediaError, MediaSettings, cache_path, collect_media, load_images, load_video_frames, prefetch,
                                   shrunk_size)
 from posttrain.errors import UserError
 
@@ -257,3 +257,19 @@ def test_collect_media_drops_bad_rows_by_reason_and_names_them(tmp_path, http_se
         collect_media(rows, source="data/train.jsonl", image_columns=["imgae"], base_dir=tmp_path)
     with pytest.raises(UserError, match=r"data/train.jsonl: no row left with usable media \(dropped 2 of 2 rows"):
         collect_media(rows[1:3], source="data/train.jsonl", image_columns=["image"], base_dir=tmp_path, settings=settings)
+
+
+def test_prefetch_overlaps_downloads_and_reports_failures_once(http_server, settings):
+    slow = {f"/{i}.png": png((i, i, i)) for i in range(8)}
+    server = http_server(handler=lambda m, p, h, b: (time.sleep(0.4), (200, {}, slow[p]) if p in slow else None)[1])
+    cells = [server.url + f"/{i}.png" for i in range(8)] + [[server.url + "/0.png", {"bytes": None, "path": server.url + "/gone.png"}]]
+    start = time.perf_counter()
+    failures = prefetch(cells, settings=settings, max_workers=8)
+    assert time.perf_counter() - start < 2.0  # 8 waits of 0.4 s overlapped (3.2 s one at a time)
+    assert list(failures) == [server.url + "/gone.png"] and failures[server.url + "/gone.png"].reason == "http_404"
+    assert len(server.requests) == 9  # each URL once
+    images = load_images(cells[:8], settings=settings)
+    assert [im.getpixel((0, 0)) for im in images] == [(i, i, i) for i in range(8)] and len(server.requests) == 9
+    assert reason(server.url + "/gone.png", settings=settings) == "http_404" and len(server.requests) == 9  # told at once
+    assert reason(server.url + "/gone.png", settings=settings) == "http_404" and len(server.requests) == 10  # then asks again
+    assert prefetch(cells[:8], settings=settings) == {} and len(server.requests) == 10  # all cached: nothing to do

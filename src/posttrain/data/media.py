@@ -2,7 +2,8 @@
 
 The API the data step, evaluation and generation use:
 
-    from posttrain.data.media import MediaError, MediaSettings, collect_media, load_images, load_video_frames
+    from posttrain.data.media import (MediaError, MediaSettings, collect_media, load_images, load_video_frames,
+                                      prefetch)
 
     settings = MediaSettings(max_image_pixels=512 * 512, timeout_s=30, retries=3)
     images = load_images(row["image"], base_dir=data_file.parent, settings=settings)  # list[PIL.Image]
@@ -11,6 +12,8 @@ The API the data step, evaluation and generation use:
     try: ...
     except MediaError as e:        # one bad row: drop it, count e.reason, log e.detail with the row index
         drops[e.reason] += 1
+
+    prefetch(dataset["image"], kind="image", settings=settings)   # URLs downloaded 8 at a time first
 
     # or all rows at once: bad rows dropped, logged with their index, counted by reason
     kept, media, drops = collect_media(dataset, source="data/train.jsonl", image_columns=["image"],
@@ -72,6 +75,7 @@ import math
 import os
 import re
 import tempfile
+import threading
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -218,6 +222,49 @@ def collect_media(rows, *, source: str, image_columns=(), video_columns=(), base
     return kept, media, drops
 
 
+def prefetch(cells, *, kind: str = "image", settings: MediaSettings = DEFAULT_SETTINGS,
+             max_workers: int = 8) -> dict[str, MediaError]:
+    """Download the http(s) media among ``cells`` into the cache, ``max_workers`` at a time.
+
+    Loading rows one by one waits for each URL in turn; calling this first over a whole column
+    overlaps those waits. ``kind`` ("image" or "video") picks the check a download must pass before
+    it is cached. Returns {url: MediaError} for the URLs that failed; the next load of such a URL in
+    this process raises that same error at once instead of waiting through its retries again (once:
+    a later load tries the network again).
+    """
+    if kind not in ("image", "video"):
+        raise ValueError(f"kind must be 'image' or 'video', got {kind!r}")
+    if kind == "video":
+        av = _require_av()
+        validate = lambda data: _video_times(av, data, "download")  # noqa: E731
+    else:
+        validate = lambda data: _decode(data, "download", settings)  # noqa: E731
+    urls = []
+    for cell in cells:
+        for item in _items(cell):
+            url = item.get("path") if isinstance(item, dict) and item.get("bytes") is None else item
+            if isinstance(url, str) and url.strip()[:8].lower().startswith(("http://", "https://")):
+                url = url.strip()
+                if url not in urls and not cache_path(url, settings).is_file():
+                    urls.append(url)
+    failures: dict[str, MediaError] = {}
+    if not urls:
+        return failures
+    from concurrent.futures import ThreadPoolExecutor
+
+    def fetch(url: str) -> None:
+        try:
+            _remote(url, settings, validate)
+        except MediaError as e:
+            failures[url] = e
+            with _failures_lock:
+                _prefetch_failures[cache_path(url, settings)] = e
+
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(urls)))) as pool:
+        list(pool.map(fetch, urls))
+    return failures
+
+
 def cache_path(url: str, settings: MediaSettings = DEFAULT_SETTINGS) -> Path:
     """Where the download of ``url`` is (or will be) cached."""
     return _cache_root(settings) / hashlib.sha256(url.encode()).hexdigest()
@@ -326,10 +373,18 @@ def _cache_root(settings: MediaSettings) -> Path:
     return Path(os.environ.get("POSTTRAIN_CACHE") or "~/.cache/posttrain").expanduser() / "media"
 
 
+_prefetch_failures: dict[Path, MediaError] = {}  # failures `prefetch` saw, reported once by the next load
+_failures_lock = threading.Lock()
+
+
 def _remote(url: str, settings: MediaSettings, validate) -> Path | bytes:
     entry = cache_path(url, settings)
     if entry.is_file():
         return entry
+    with _failures_lock:
+        known = _prefetch_failures.pop(entry, None)
+    if known is not None:
+        raise known
     entry.parent.mkdir(parents=True, exist_ok=True)
     with _striped_lock(entry):
         if entry.is_file():  # another process fetched it while we waited

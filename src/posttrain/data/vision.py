@@ -48,6 +48,18 @@ def media_settings(data_cfg):
     return MediaSettings(max_image_pixels=data_cfg.max_image_pixels)
 
 
+def prefetch_urls(raw, spec, settings) -> None:
+    """Download the columns' http(s) media 8 at a time before the rows are read one by one (each
+    failure is then reported by its row as usual). Columns of the `datasets` Image feature hold
+    bytes or local paths, and reading them whole would decode every image: they are skipped."""
+    from .media import prefetch
+
+    for kind, columns in (("image", spec.image_columns), ("video", spec.video_columns)):
+        for column in columns:
+            if "Image(" not in repr(raw.features[column]):
+                prefetch(raw[column], kind=kind, settings=settings)
+
+
 def row_media(record: dict, spec, base_dir: Path, data_cfg, settings) -> tuple[list, list[list]]:
     """(images, videos as frame lists) of one row, in column order; raises DropRow when one fails."""
     from .media import MediaError, load_images, load_video_frames
@@ -181,6 +193,7 @@ def prepare_vision_dataset(spec, key: str, data_cfg, seed: int, *, prompt_only: 
         raise UserError(f"{key} ({spec.name}): column {missing[0]!r} not found; the data has columns {raw.column_names}.")
     base_dir = _base_dir(spec.name)
     settings = media_settings(data_cfg)
+    prefetch_urls(raw, spec, settings)
     reasons: Counter = Counter()
     rows_by_reason: dict[str, list[int]] = defaultdict(list)
     rows = []
