@@ -48,7 +48,8 @@ def _shared_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", type=int, default=None, help="evaluate the first N items after a shuffle seeded by --seed (default: all; arithmetic: 500)")
     p.add_argument("--data", default=None, help="local .jsonl/.json/.csv/.parquet file instead of the hub (gsm8k: question/answer; mmlu: question/choices/answer; custom: see --prompt-column)")
     p.add_argument("--prompt-column", default="prompt", help="custom task: column with the question text or chat messages (default: prompt)")
-    p.add_argument("--answer-column", default="answer", help="custom task: column with the numeric gold answer (default: answer)")
+    p.add_argument("--answer-column", default="answer", help="custom task: column with the gold answer, a number or text (default: answer)")
+    p.add_argument("--image-column", action="append", default=[], metavar="C", help="custom task: column with each row's image(s) (a path relative to the data file, URL, s3://, data URI, or a list); repeatable. Needs a vision-language model (or an API model that takes images)")
     p.add_argument("--data-seed", type=int, default=None, help="arithmetic task: generator seed (default 1234); any seed draws only from the questions training data never holds")
     p.add_argument("--seed", type=int, default=0, help="seed of the item shuffle and of sampling (default 0)")
     p.add_argument("--max-new-tokens", type=int, default=512, help="generation budget per answer, in tokens (default 512)")
@@ -249,7 +250,7 @@ def _load_items(args) -> list[dict]:
     from posttrain.evaluation.tasks import ARITHMETIC_SEED, load_task
 
     return load_task(args.task, n=args.n, seed=args.seed, data=args.data, prompt_column=args.prompt_column,
-                     answer_column=args.answer_column,
+                     answer_column=args.answer_column, image_columns=tuple(getattr(args, "image_column", None) or ()),
                      data_seed=ARITHMETIC_SEED if args.data_seed is None else args.data_seed)
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from posttrain.evaluation.scoring import score_completion
-from posttrain.generation.base import Completion, Engine, SamplingParams
+from posttrain.generation.base import Completion, Engine, SamplingParams, with_loaded_images
 
 __all__ = ["GenerationCache", "LazyEngine", "evaluate", "item_key", "model_identity"]
 
@@ -171,7 +171,7 @@ def evaluate(arm_name: str, engine: Engine, task_items: list[dict], params: Samp
         log(f"{arm_name}: {len(task_items) - len(todo)}/{len(task_items)} generations from the cache {cache.path}")
     for start in range(0, len(todo), chunk_size):
         chunk = todo[start:start + chunk_size]
-        completions = engine.generate([task_items[i]["prompt"] for i in chunk], params)
+        completions = engine.generate([with_loaded_images(task_items[i]["prompt"]) for i in chunk], params)
         if len(completions) != len(chunk):
             raise RuntimeError(f"engine {engine.name!r} returned {len(completions)} completions for {len(chunk)} prompts")
         fresh.update((keys[i], c) for i, c in zip(chunk, completions))

@@ -15,6 +15,12 @@ Multiple-choice tasks (mmlu) compare letters, not numbers, with the same tag par
   holds no B). Only capitals count, so the article "a" is never read as choice A; a sentence
   starting with the article "A" still is -- loose is a diagnostic, strict is the score.
 
+Free-text answers (custom tasks whose gold is not a number, e.g. "red" for an image question):
+
+* strict -- the single ``<answer>`` block equals the gold, case-insensitively, with surrounding
+  whitespace and punctuation stripped.
+* loose  -- the completion, tags removed, ends with the gold as whole words ("The square is red.").
+
 ``format`` is ``format_score`` (the format reward) for every task.
 """
 
@@ -26,9 +32,9 @@ from typing import Any
 
 from posttrain.rewards.answers import extract_answer, format_score, loose_correct, strict_correct
 
-__all__ = ["SCORERS", "choice_loose", "choice_strict", "score_completion"]
+__all__ = ["SCORERS", "choice_loose", "choice_strict", "score_completion", "text_loose", "text_strict"]
 
-SCORERS = ("number", "choice")  # an item's "scorer": numeric answers or choice letters
+SCORERS = ("number", "choice", "text")  # an item's "scorer": numeric answers or choice letters
 _STRIP = string.whitespace + string.punctuation
 
 
@@ -52,7 +58,33 @@ def choice_loose(completion: str, gold: str, letters: str = "ABCD") -> bool:
     return bool(found) and found[-1] == gold.upper()
 
 
+def _normal(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+def text_strict(completion: str, gold: str) -> bool:
+    """The ``<answer>`` block holds just the gold text.
+
+    >>> text_strict("<answer> Red. </answer>", "red"), text_strict("<answer>dark red</answer>", "red")
+    (True, False)
+    """
+    answer = extract_answer(completion)
+    return answer is not None and answer.strip(_STRIP).lower() == gold.strip(_STRIP).lower()
+
+
+def text_loose(completion: str, gold: str) -> bool:
+    """The completion (tags removed) ends with the gold as whole words.
+
+    >>> text_loose("The square is red.", "red"), text_loose("red or blue", "red")
+    (True, False)
+    """
+    said, want = _normal(re.sub(r"<[^>]*>", " ", completion)), _normal(gold)
+    return bool(want) and (said == want or said.endswith(" " + want))
+
+
 def _score(item: dict, text: str) -> tuple[bool, bool]:
+    if item["scorer"] == "text":
+        return text_strict(text, item["gold"]), text_loose(text, item["gold"])
     if item["scorer"] == "number":
         return strict_correct(text, item["gold"]), loose_correct(text, item["gold"])
     if item["scorer"] == "choice":

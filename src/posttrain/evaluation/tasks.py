@@ -55,6 +55,7 @@ class TaskOptions:
     data: str | None = None  # local file instead of the hub (required by custom)
     prompt_column: str = "prompt"  # custom only
     answer_column: str = "answer"  # custom only
+    image_columns: tuple[str, ...] = ()  # custom only: columns with each row's images
     data_seed: int = ARITHMETIC_SEED  # arithmetic only: the generator's seed
     n: int | None = None  # arithmetic only: how many problems to generate
 
@@ -221,17 +222,71 @@ def _custom(opts: TaskOptions) -> list[dict]:
     for i, row in enumerate(rows):
         prompt = _field(row, opts.prompt_column, i, source, " Name the column with --prompt-column.")
         answer = _field(row, opts.answer_column, i, source, " Name the column with --answer-column.")
-        if isinstance(prompt, str):
+        if isinstance(prompt, str) and not opts.image_columns:
             question, messages = prompt, math_prompt(prompt)
+        elif isinstance(prompt, str):  # an image question is asked as written: the math prompt is for numbers
+            question, messages = prompt, [{"role": "user", "content": prompt}]
         elif isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt):
             question, messages = str(prompt[-1]["content"]), prompt  # a chat is sent as written
         else:
             raise UserError(f"{source}: row {i}: {opts.prompt_column} must be text or a list of "
                             "{\"role\": ..., \"content\": ...} messages")
-        gold = _number_gold(answer, i, source, opts.answer_column)
-        items.append({"id": _row_id(row, i, "custom"), "prompt": messages, "gold": gold,
-                      "task": "custom", "scorer": "number", "question": question})
+        gold, scorer = _custom_gold(answer, i, source, opts.answer_column)
+        item = {"id": _row_id(row, i, "custom"), "prompt": messages, "gold": gold, "task": "custom", "scorer": scorer,
+                "question": question}
+        if opts.image_columns:
+            item["prompt"] = _with_images(messages, row, i, opts, source)
+        items.append(item)
     return items
+
+
+def _custom_gold(value: Any, index: int, source: str, column: str) -> tuple[str, str]:
+    """(gold, scorer): a number is scored as a number; any other answer ('red') as text."""
+    gold = extract_gsm8k_gold(str(value))
+    if parse_number(gold) is not None:
+        return gold, "number"
+    text = str(value).strip()
+    if not text:
+        raise UserError(f"{source}: row {index}: {column} is empty")
+    return text, "text"
+
+
+def _with_images(messages: list[dict], row: dict, index: int, opts: TaskOptions, source: str) -> list[dict]:
+    """The chat with an image part per image of the row's image columns, placed as in training
+    (`posttrain.data.vision`). Each part holds the image's reference (an absolute path, URL or data
+    URI), so the prompt stays JSON (samples.jsonl, the generation cache key) and the image is read
+    when the prompt is generated (`load_prompt_images`)."""
+    import base64
+
+    from posttrain.data.vision import DropRow, content_parts, place_media
+
+    refs = []
+    base = Path(opts.data).expanduser().resolve().parent
+    for column in opts.image_columns:
+        cell = _field(row, column, index, source, " Name the image column with --image-column.")
+        for ref in cell if isinstance(cell, list) else [cell]:
+            if isinstance(ref, dict) and ref.get("bytes"):  # a parquet-embedded image
+                ref = ref["bytes"]
+            elif isinstance(ref, dict) and ref.get("path"):
+                ref = ref["path"]
+            if isinstance(ref, (bytes, bytearray)):
+                ref = "data:image;base64," + base64.b64encode(bytes(ref)).decode()
+            elif not isinstance(ref, str):
+                raise UserError(f"{source}: row {index}: {column} holds a {type(ref).__name__}, not an image reference")
+            elif "://" not in ref and not ref.startswith("data:") and not Path(ref).expanduser().is_absolute():
+                ref = str(base / ref)
+            refs.append(ref)
+    chat = [{"role": m["role"], "content": content_parts(m["content"])} for m in messages]
+    try:
+        placed, ordered = place_media(chat, refs, [])
+    except DropRow as e:
+        raise UserError(f"{source}: row {index}: {e.detail or e.reason}") from None
+    out, refs_left = [], iter(ordered)
+    for m in placed:
+        parts = [{"type": "image", "image": next(refs_left)} if p["type"] == "image" else {"type": "text", "text": p["text"]}
+                 for p in m["content"]]
+        out.append({"role": m["role"], "content": parts})
+    return out
 
 
 TASKS: dict[str, Task] = {
@@ -240,7 +295,7 @@ TASKS: dict[str, Task] = {
         Task("arithmetic", "number", "offline generated word problems (seed 1234, from the share of questions training data never holds)", _arithmetic),
         Task("gsm8k", "number", "GSM8K test set (hub openai/gsm8k, or --data FILE with question/answer columns)", _gsm8k),
         Task("mmlu", "choice", "MMLU test set (hub cais/mmlu 'all', or --data FILE with question/choices/answer columns)", _mmlu),
-        Task("custom", "number", "any --data FILE with a prompt and a numeric answer column (--prompt-column, --answer-column)", _custom),
+        Task("custom", "number", "any --data FILE with a prompt and an answer column (--prompt-column, --answer-column; images: --image-column); numbers are scored as numbers, other answers as text", _custom),
     )
 }
 
@@ -266,12 +321,15 @@ def select_items(items: list[dict], n: int | None, seed: int) -> list[dict]:
 
 def load_task(name: str, *, n: int | None = None, seed: int = 0, data: str | None = None,
               prompt_column: str = "prompt", answer_column: str = "answer",
-              data_seed: int = ARITHMETIC_SEED) -> list[dict]:
+              data_seed: int = ARITHMETIC_SEED, image_columns: tuple[str, ...] = ()) -> list[dict]:
     """The items of task ``name`` (see the module docstring); UserError for any bad input."""
     task = get_task(name)
     if data is not None and name == "arithmetic":
         raise UserError("--task arithmetic is generated and takes no --data; use --task custom or gsm8k for a file")
-    options = TaskOptions(data=data, prompt_column=prompt_column, answer_column=answer_column, data_seed=data_seed, n=n)
+    if image_columns and name != "custom":
+        raise UserError(f"--image-column applies to --task custom only, not {name}")
+    options = TaskOptions(data=data, prompt_column=prompt_column, answer_column=answer_column, data_seed=data_seed, n=n,
+                          image_columns=tuple(image_columns))
     items = task.load(options)
     repeated = [i for i, count in Counter(item["id"] for item in items).items() if count > 1]
     if repeated:

@@ -38,3 +38,36 @@ class Engine(Protocol):
     name: str  # the model as the user named it, for outputs and reports
 
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]: ...
+
+
+def has_images(prompt: Prompt) -> bool:
+    return isinstance(prompt, list) and any(
+        isinstance(m.get("content"), list) and any(isinstance(p, dict) and p.get("type") == "image" for p in m["content"])
+        for m in prompt if isinstance(m, dict))
+
+
+def with_loaded_images(prompt: Prompt) -> Prompt:
+    """The prompt with every image part that holds a reference (path, URL, s3://, data URI) holding
+    the decoded PIL image instead, as engines take them. Evaluation items keep references so they
+    stay JSON; they are read here, just before generation. Prompts without images come back as they are."""
+    if not has_images(prompt):
+        return prompt
+    from posttrain.data.media import MediaError, load_images
+    from posttrain.errors import UserError
+
+    out = []
+    for m in prompt:
+        content = m.get("content")
+        if isinstance(content, list):
+            parts = []
+            for p in content:
+                if isinstance(p, dict) and p.get("type") == "image" and isinstance(p.get("image"), str):
+                    try:
+                        (image,) = load_images(p["image"])
+                    except MediaError as e:
+                        raise UserError(f"an image of a prompt cannot be read: {e}") from None
+                    p = {**p, "image": image}
+                parts.append(p)
+            m = {**m, "content": parts}
+        out.append(m)
+    return out

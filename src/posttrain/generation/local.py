@@ -15,6 +15,12 @@ What makes batching both fast and exact:
   stop tokens: a checkpoint's sampling defaults (Qwen ships top_k=20, repetition_penalty=1.05)
   would otherwise make the same params mean different things on different models and engines.
 
+Vision-language models (anything `AutoModelForImageTextToText` loads, e.g. `tiny:llava-2m`) take
+chat prompts with image parts (`{"type": "image", "image": PIL.Image}`): each batch goes through
+the model's processor (chat template, image tokens, pixel values) with left padding, and the same
+length sorting and stop-token handling apply. A text-only model given an image prompt is an error
+naming the model.
+
 A model spec is a hub id, a local model directory, a PEFT adapter directory or `tiny:...`.
 Adapters are loaded onto their base and merged for speed. Adapters that carry full embedding /
 lm_head matrices with more rows than the base (another tool added tokens and resized the
@@ -29,7 +35,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from posttrain.errors import UserError
-from posttrain.generation.base import Completion, Prompt, SamplingParams
+from posttrain.generation.base import Completion, Prompt, SamplingParams, has_images
 from posttrain.models.checkpoint_report import read_header, tensor_group
 from posttrain.models.loading import DeviceInfo, adapter_base, resolve_source, torch_dtype
 from posttrain.models.tokenizer_rules import ensure_pad_token
@@ -54,7 +60,8 @@ class TransformersEngine:
         self.batch_size = batch_size
         self.use_chat_template = use_chat_template
         self.progress = progress
-        self.model, self.tokenizer, self.stop_token_ids, self.notes = load_for_generation(model_spec, device, dtype)
+        loaded = load_for_generation(model_spec, device, dtype)
+        self.model, self.tokenizer, self.stop_token_ids, self.notes, self.processor = loaded  # processor: VLMs only
 
     def __repr__(self) -> str:
         return f"TransformersEngine({self.name!r}, batch_size={self.batch_size})"
@@ -67,6 +74,12 @@ class TransformersEngine:
         from tqdm.auto import tqdm
 
         check_params(params)
+        if self.processor is not None:
+            return self._generate_with_processor(prompts, params)
+        with_images = [i for i, p in enumerate(prompts) if has_images(p)]
+        if with_images:
+            raise UserError(f"prompt(s) {with_images[:10]} have images but {self.name!r} is a text-only model; "
+                            "use a vision-language model (one AutoModelForImageTextToText loads)")
         encoded = [encode_prompt(self.tokenizer, p, self.use_chat_template) for p in prompts]
         empty = [i for i, ids in enumerate(encoded) if not ids]
         if empty:
@@ -82,6 +95,37 @@ class TransformersEngine:
                 outputs = self._generate_batch([encoded[i] for i in batch], config)
                 for i, completion in zip(batch, outputs):
                     results[i] = completion
+        return results
+
+    def _generate_with_processor(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
+        """Vision-language models: render each chat, batch images and text through the processor
+        (left padding), longest prompts first, results in the caller's order."""
+        import torch
+        from tqdm.auto import tqdm
+
+        chats = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
+        texts = [self.processor.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in chats]
+        images = [[part["image"] for m in c if isinstance(m.get("content"), list) for part in m["content"]
+                   if isinstance(part, dict) and part.get("type") == "image"] for c in chats]
+        sizes = [len(self.tokenizer(t, add_special_tokens=False)["input_ids"]) + 1000 * len(im) for t, im in zip(texts, images)]
+        order = sorted(range(len(prompts)), key=lambda i: -sizes[i])
+        batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        config = self._generation_config(params)
+        results: list[Completion | None] = [None] * len(prompts)
+        devices = [self.model.device] if self.model.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            torch.manual_seed(params.seed)
+            for batch in tqdm(batches, desc=f"generate {self.name}", unit="batch", disable=not self.progress):
+                batch_images = [images[i] for i in batch]
+                inputs = self.processor(text=[texts[i] for i in batch], images=batch_images if any(batch_images) else None,
+                                        padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt")
+                inputs = inputs.to(self.model.device)
+                if "pixel_values" in inputs:
+                    inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)
+                out = self.model.generate(**inputs, generation_config=config)
+                width = inputs["input_ids"].shape[1]
+                for row, i in zip(out, batch):
+                    results[i] = self._completion(row[width:].tolist(), int(inputs["attention_mask"][batch.index(i)].sum()))
         return results
 
     def _generation_config(self, params: SamplingParams):
@@ -146,9 +190,10 @@ def encode_prompt(tokenizer, prompt: Prompt, use_chat_template: bool) -> list[in
 
 
 def load_for_generation(model_spec: str, device: str | None, dtype: str):
-    """(model in eval mode, tokenizer with a pad token, stop token ids, notes for the log)."""
+    """(model in eval mode, tokenizer with a pad token, stop token ids, notes for the log, processor
+    of a vision-language model or None)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer, GenerationConfig
 
     if device is None:
         info = DeviceInfo.detect()
@@ -162,10 +207,18 @@ def load_for_generation(model_spec: str, device: str | None, dtype: str):
     if base is not None:
         adapter_dir, source = source, resolve_source(base)
     tokenizer_dir = adapter_dir if adapter_dir and (Path(adapter_dir) / "tokenizer_config.json").is_file() else source
+    from posttrain.models.vision import is_vision_language
+
     try:
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype(dtype, info))
-    except OSError as e:
+        if is_vision_language(source, _ModelOptions()):
+            processor = AutoProcessor.from_pretrained(tokenizer_dir)
+            tokenizer = processor.tokenizer
+            model = AutoModelForImageTextToText.from_pretrained(source, dtype=torch_dtype(dtype, info))
+        else:
+            processor = None
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype(dtype, info))
+    except (OSError, UserError) as e:
         raise UserError(f"cannot load model {model_spec!r} (from {source!r}): {e}") from None
     notes = [f"model: {source} ({model.dtype}, {info.kind})", ensure_pad_token(tokenizer)]
     if adapter_dir is not None:
@@ -176,7 +229,15 @@ def load_for_generation(model_spec: str, device: str | None, dtype: str):
     model.generation_config = GenerationConfig(
         bos_token_id=model.generation_config.bos_token_id, eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id
     )
-    return model.to(device).eval(), tokenizer, stop_ids, notes
+    return model.to(device).eval(), tokenizer, stop_ids, notes, processor
+
+
+class _ModelOptions:
+    """What `is_vision_language` reads from a recipe's model section, for a bare model spec."""
+
+    base_model_name = ""
+    trust_remote_code = False
+    revision = None
 
 
 def stop_token_ids(generation_config, tokenizer) -> list[int]:
