@@ -163,3 +163,16 @@ def test_templates_become_per_dataset_templates():
     spec = split.recipe["data"]["datasets"][0]
     assert (spec["prompt_template"], spec["completion_template"]) == ("Ticket: {ticket}", "{reply}")
     assert spec["system_template"] == "You answer support tickets politely."
+
+
+def test_cli_writes_the_recipe_prints_the_table_and_refuses_what_it_cannot_convert(cli, tmp_path, repo):
+    out = tmp_path / "sft.yaml"
+    ok = cli("convert", HERE / "fairl_corpus/training/sft_lora_moderation.yaml", "-o", out)
+    assert ok.returncode == 0, ok.stderr
+    assert "FAI-RL key" in ok.stderr and "data.datasets[0].text_template" in ok.stderr
+    assert out.read_text().startswith("# Converted from the FAI-RL recipe") and cli("validate", out, "--schema-only").returncode == 0
+    blocked = cli("convert", HERE / "fairl_corpus/training/ppo_lora.yaml", "-o", tmp_path / "ppo.yaml")
+    assert blocked.returncode == 2 and "training.algorithm: posttrain has no PPO" in blocked.stderr
+    assert not (tmp_path / "ppo.yaml").exists() and "Traceback" not in blocked.stderr
+    already = cli("convert", repo / "recipes/sft/tiny-cpu.yaml")
+    assert already.returncode == 2 and "already a posttrain recipe" in already.stderr

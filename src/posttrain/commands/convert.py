@@ -34,6 +34,8 @@ def run(args) -> int:
     from posttrain.recipe.load import read_yaml, to_yaml
 
     raw = read_yaml(args.file)
+    if already_posttrain(raw):
+        raise UserError(f"{args.file} is already a posttrain recipe (it validates); nothing to convert.")
     conv = convert(raw, args.file)
     if not args.quiet:
         print(f"# {args.file}: FAI-RL {conv.kind} recipe\n{render(conv.rows)}\n", file=sys.stderr)
@@ -49,6 +51,18 @@ def run(args) -> int:
     else:
         print(text, end="")
     return 0
+
+
+def already_posttrain(raw: dict) -> bool:
+    from posttrain.recipe.errors import RecipeError
+    from posttrain.recipe.load import load_recipe
+    from posttrain.recipe.tasks import is_task_recipe, load_task_recipe
+
+    try:
+        (load_task_recipe if is_task_recipe(raw) else load_recipe)(None, raw=raw)
+    except RecipeError:
+        return False
+    return True
 
 
 def header(source: str, conv) -> str:
