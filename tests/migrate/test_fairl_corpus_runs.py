@@ -43,6 +43,13 @@ def work(tmp_path_factory, data_dir):
     return root
 
 
+def main(*args) -> int:
+    """generate/eval in this process (each subprocess would pay seconds of imports)."""
+    from posttrain.cli import main as posttrain_main
+
+    return posttrain_main([str(a) for a in args])
+
+
 def convert(cli, recipe: str, out: Path) -> Path:
     result = cli("convert", CORPUS / recipe, "-o", out)
     assert result.returncode == 0, result.stderr
@@ -72,18 +79,16 @@ def test_sft_split_chat_trains_and_its_model_generates_and_evaluates(cli, work):
 
     gen = convert(cli, "inference/checkpoints_persona.yaml", work / "gen.yaml")
     out = work / "gen.jsonl"
-    result = cli("generate", "--recipe", gen, f"inference.models=[{run}]", f"inference.dataset={work / 'persona.jsonl'}",
-                 "inference.split=train", f"inference.out={out}", "--max-new-tokens", "4", cwd=work, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert main("generate", "--recipe", gen, f"inference.models=[{run}]", f"inference.dataset={work / 'persona.jsonl'}",
+                "inference.split=train", f"inference.out={out}", "--max-new-tokens", "4") == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 4 and out.with_suffix(".csv").is_file()
     assert rows[0]["prompt"].startswith("You are helpful and safe.\nPersona: teacher\nUser: ")
     assert rows[0]["params"]["temperature"] == 0.7 and rows[0]["params"]["max_new_tokens"] == 4  # recipe, then the flag
 
     ev = convert(cli, "evaluation/gsm8k_single.yaml", work / "ev.yaml")
-    result = cli("eval", "--recipe", ev, f"evaluation.model={run}", f"evaluation.data={work / 'gsm8k_test.jsonl'}",
-                 f"evaluation.out={work / 'ev'}", "evaluation.max_new_tokens=8", cwd=work, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert main("eval", "--recipe", ev, f"evaluation.model={run}", f"evaluation.data={work / 'gsm8k_test.jsonl'}",
+                f"evaluation.out={work / 'ev'}", "evaluation.max_new_tokens=8") == 0
     summary = json.loads((work / "ev" / "summary.json").read_text())
     assert summary["arms"][0]["n"] == 6 if "arms" in summary else (work / "ev" / "samples.jsonl").read_text().count("\n") == 6
 
