@@ -83,3 +83,19 @@ def test_convert_and_the_task_recipe_path_import_no_torch(tmp_path):
             "assert rc == rc2 == 0; assert 'torch' not in sys.modules, 'torch imported'")
     result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ev.yaml")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("command, section", [("generate", "InferenceSection"), ("eval", "EvaluationSection"), ("compare", "EvaluationSection")])
+def test_every_flag_has_a_recipe_key(command, section):
+    """The recipe and the flags cannot drift apart: each option of the command is a key of its section."""
+    import argparse
+
+    from posttrain.cli import build_parser
+    from posttrain.commands.task_recipe import RENAMED
+    from posttrain.recipe import tasks
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    keys = {RENAMED.get(k, (k,))[0] for k in getattr(tasks, section).model_fields}
+    dests = {a.dest for a in sub._actions if a.option_strings and a.dest not in ("help", "recipe")}
+    assert not dests - keys, f"flags of posttrain {command} without a recipe key: {sorted(dests - keys)}"

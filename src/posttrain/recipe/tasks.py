@@ -83,6 +83,7 @@ class EvaluationSection(Generation):
     data: str | None = Field(None, description="A local data file instead of the hub (--data).")
     prompt_column: str | None = Field(None, description="custom task: column with the question (--prompt-column).")
     answer_column: str | None = Field(None, description="custom task: column with the numeric gold answer (--answer-column).")
+    image_columns: list[str] | None = Field(None, description="custom task: columns with each item's images (--image-column, repeated).")
     data_seed: StrictInt | None = Field(None, description="arithmetic task: generator seed (--data-seed).")
     n: StrictInt | None = Field(None, ge=1, description="Evaluate the first N items after a seeded shuffle (--n).")
     alpha: float | None = Field(None, gt=0.0, lt=1.0, description="Significance level of verdicts; 1 - level of the CIs (--alpha).")
