@@ -1,5 +1,5 @@
 # Two commands do everything on a fresh machine; each creates .venv when it is missing.
-#   make demo   install, then train a tiny model offline and say where it went
+#   make demo   install, then the whole loop offline: SFT a tiny model, GRPO it, compare base/SFT/GRPO
 #   make test   install, then run the whole test suite
 #   make kl-ablation   install, then the KL ablation experiment (about 25 min on 2 CPU cores)
 #
@@ -25,8 +25,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
+# The demo: every stage is a posttrain command (recipes/demo/); runs/demo is rebuilt each time.
+DEMO := runs/demo
 demo: install
-	$(BIN)/posttrain train --recipe recipes/sft/tiny-cpu.yaml
+	rm -rf $(DEMO)
+	$(BIN)/posttrain train --recipe recipes/demo/sft.yaml
+	$(BIN)/posttrain train --recipe recipes/demo/grpo.yaml
+	$(BIN)/posttrain compare --arm base=tiny:qwen2-1m --arm sft=$(DEMO)/sft --arm grpo=$(DEMO)/grpo \
+	    --task custom --data recipes/demo/data/eval.jsonl --max-new-tokens 8 --no-progress \
+	    --out $(DEMO)/compare --plot $(DEMO)/accuracy.png
+	$(BIN)/posttrain report $(DEMO)/sft $(DEMO)/grpo --bins 3 --plot $(DEMO)/telemetry.png --out $(DEMO)/telemetry.md
+	@echo
+	@echo "demo done. Accuracy and paired tests: $(DEMO)/compare/report.md (plot $(DEMO)/accuracy.png);"
+	@echo "training telemetry, health and speed: $(DEMO)/telemetry.md (plot $(DEMO)/telemetry.png); models in $(DEMO)/sft, $(DEMO)/grpo"
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -4,6 +4,17 @@
     python benchmarks/kl_ablation.py --rebuild-base     # ... retraining the cached base
     python benchmarks/kl_ablation.py --fast --out DIR   # the same pipeline at toy sizes, in seconds (tests)
     python benchmarks/kl_ablation.py --split dev        # evaluate on the dev split (for tuning)
+    python benchmarks/kl_ablation.py --betas 0 0.04 0.2 1.0 --seeds 0 1 2 [--reward gameable] --split dev
+                                                        # dose-response over beta, several seeds per beta
+
+Dose-response (--betas/--seeds): every arm is grpo-beta0.04.yaml with training.beta=B and
+training.seed=S (named beta<B>-s<S>); compare gets one several-seed arm per beta
+(`--arm beta<B>=arms/beta<B>-s0,...`) and reports per-seed and mean accuracy, spread, and the
+pooled Cochran-Mantel-Haenszel test of every pair. --reward gameable swaps the rewards for
+answer_match + 0.5 x kl_rewards:lenient_format (pays for an empty <think>) + 0.3 x
+kl_rewards:brevity (pays for short answers): a setup a policy without KL can drift in. The
+hypotheses and the decision rule are written down before any run in
+benchmarks/results/kl_ablation/tuning.md.
 
 Every stage is a `posttrain` command run as a subprocess; this script only writes data, chooses
 overrides, times the stages and assembles the report. Nothing is trained here.
@@ -201,7 +212,8 @@ def run_stage(stage: Stage, logs: Path, quiet: bool) -> Stage:
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{stage.name}.log"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+           # src: this checkout's posttrain; HERE: kl_rewards for --reward gameable
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), str(HERE), os.environ.get("PYTHONPATH")]))}
     if stage.threads and "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = str(stage.threads)
     if not quiet:
@@ -239,6 +251,24 @@ def base_key(scale: Scale, manifest: dict) -> str:
         "data": manifest["files"]["base"]["sha256"],
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
+
+
+GAMEABLE_REWARDS = ("training.rewards=[{name: answer_match, weight: 1.0}, {name: 'kl_rewards:lenient_format', weight: 0.5}, "
+                    "{name: 'kl_rewards:brevity', weight: 0.3}]")
+
+
+def beta_name(beta: float, seed: int) -> str:
+    """``beta0.04-s1``: the run of one beta and one seed (a several-seed arm is ``beta0.04``)."""
+    return f"beta{beta:g}-s{seed}"
+
+
+def dose_stage(beta: float, seed: int, base: Path, data: Path, arms_dir: Path, scale: Scale, reward: str) -> Stage:
+    """One run of the dose-response: grpo-beta0.04.yaml with training.beta and training.seed set."""
+    name = beta_name(beta, seed)
+    rewards = [GAMEABLE_REWARDS] if reward == "gameable" else []
+    return Stage(name, ["train", "--recipe", recipe(ARM_RECIPES["grpo-beta0.04"]), f"model.base_model_name={_path(base)}",
+                        f"data.datasets[0].name={_path(data / 'grpo.jsonl')}", f"training.output_dir={_path(arms_dir / name)}",
+                        *scale.arms.get("grpo-beta0.04", ()), f"training.beta={beta:g}", f"training.seed={seed}", *rewards])
 
 
 def arm_stage(name: str, base: Path, data: Path, arms_dir: Path, scale: Scale, seed: int = 0) -> Stage:
@@ -358,6 +388,29 @@ def write_report(out: Path, args, scale: Scale, manifest: dict, stages: list[Sta
     return report
 
 
+def write_dose_report(out: Path, args, scale: Scale, stages: list[Stage], total: float, arm_threads: int) -> Path:
+    """The dose-response report: compare's tables (per seed, pooled CMH across seeds) and the arms' telemetry."""
+    compare_md = (out / "compare" / "report.md").read_text()
+    telemetry_md = (out / "telemetry.md").read_text()
+    split = "held-out" if args.split == "heldout" else "dev (tuning split)"
+    lines = [f"# KL dose-response: beta {', '.join(f'{b:g}' for b in args.betas)} x seeds {', '.join(map(str, args.seeds))}"
+             f"{' (fast variant)' if args.fast else ''}", "",
+             f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {hardware(args.jobs, arm_threads)}.", "",
+             f"Command: `{' '.join(['python', 'benchmarks/kl_ablation.py', *sys.argv[1:]])}`; total wall time {_minutes(total)}.", "",
+             f"- Split: {split}; rewards: {'gameable (answer_match + 0.5 lenient_format + 0.3 brevity)' if args.reward == 'gameable' else 'standard (answer_match + 0.2 format)'}.",
+             "- Hypotheses and decision rule, written before the runs: benchmarks/results/kl_ablation/tuning.md.", "",
+             "| stage | command | wall time |", "|---|---|---|"]
+    for stage in stages:
+        command = f"`{_display(stage.argv)}`" if stage.argv else "this script: data/*.jsonl, data/manifest.json"
+        lines.append(f"| {stage.name} | {command} | {_minutes(stage.seconds)}{' (cached)' if stage.cached else ''} |")
+    lines += ["", "## Accuracy (posttrain compare)", "", _demote(compare_md.strip()), "", "![accuracy per arm](accuracy.png)", "",
+              "## Training telemetry of the runs (posttrain report)", "", _demote(telemetry_md.strip()), "",
+              "![telemetry](telemetry.png)", ""]
+    report = out / "report.md"
+    report.write_text("\n".join(lines))
+    return report
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -374,6 +427,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="share of the base's training answers written with <think>/<answer> tags (default 0.2)")
     parser.add_argument("--arm-seed", type=int, default=0,
                         help="training.seed of the arms (default 0, the recipes'): replicate the arms from the same base")
+    parser.add_argument("--betas", type=float, nargs="+", metavar="B",
+                        help="dose-response: GRPO arms at these KL weights (e.g. 0 0.04 0.2 1.0), instead of --arms")
+    parser.add_argument("--seeds", type=int, nargs="+", metavar="S", default=None,
+                        help="with --betas: training seeds per beta (default 0 1 2); the arms pool them")
+    parser.add_argument("--reward", choices=["standard", "gameable"], default="standard",
+                        help="with --betas: 'gameable' pays for an empty <think> and for brevity (benchmarks/kl_rewards.py)")
     parser.add_argument("--jobs", type=int, help="arms trained at once, sharing the cores (default: one per core)")
     parser.add_argument("--quiet", action="store_true", help="print only the report")
     args = parser.parse_args(argv)
@@ -381,6 +440,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--tag-share must be between 0 and 1")
     if args.jobs is not None and args.jobs < 1:
         parser.error("--jobs must be at least 1")
+    if args.betas is None and (args.seeds is not None or args.reward != "standard"):
+        parser.error("--seeds and --reward belong to the dose-response design: give --betas too")
+    if args.betas is not None:
+        if any(b < 0 for b in args.betas) or len(set(args.betas)) != len(args.betas):
+            parser.error("--betas must be distinct and >= 0")
+        args.seeds = args.seeds or [0, 1, 2]
+        if len(set(args.seeds)) != len(args.seeds):
+            parser.error("--seeds must be distinct")
+        args.arms = [beta_name(b, s) for b in args.betas for s in args.seeds]
     cores = os.cpu_count() or 1
     args.jobs = min(len(args.arms), args.jobs or cores)
     arm_threads = max(1, cores // args.jobs)
@@ -419,7 +487,10 @@ def main(argv: list[str] | None = None) -> int:
     arms_dir = out / "arms"
     for name in args.arms:
         shutil.rmtree(arms_dir / name, ignore_errors=True)
-    arm_stages = [arm_stage(name, base, data, arms_dir, scale, args.arm_seed) for name in args.arms]
+    if args.betas is not None:
+        arm_stages = [dose_stage(b, s, base, data, arms_dir, scale, args.reward) for b in args.betas for s in args.seeds]
+    else:
+        arm_stages = [arm_stage(name, base, data, arms_dir, scale, args.arm_seed) for name in args.arms]
     for stage in arm_stages:
         stage.threads = arm_threads
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
@@ -427,7 +498,11 @@ def main(argv: list[str] | None = None) -> int:
     stages += arm_stages
 
     data_seed = HELDOUT_SEED if args.split == "heldout" else DEV_SEED
-    arm_args = [a for n in args.arms for a in ("--arm", f"{n}={_path(arms_dir / n)}")]
+    if args.betas is not None:  # one several-seed arm per beta: compare pools the seeds
+        arm_args = [a for b in args.betas for a in
+                    ("--arm", f"beta{b:g}=" + ",".join(_path(arms_dir / beta_name(b, s)) for s in args.seeds))]
+    else:
+        arm_args = [a for n in args.arms for a in ("--arm", f"{n}={_path(arms_dir / n)}")]
     compare = Stage("compare", ["compare", "--arm", f"base={_path(base)}", *arm_args,
                                 "--task", "arithmetic", "--data-seed", str(data_seed), "--n", str(scale.n_eval),
                                 "--seed", str(EVAL_SEED), "--max-new-tokens", str(scale.max_new_tokens),
@@ -437,7 +512,10 @@ def main(argv: list[str] | None = None) -> int:
     for stage in (compare, telemetry):
         stages.append(run_stage(stage, logs, args.quiet))
 
-    report = write_report(out, args, scale, manifest, stages, base_dir, args.arms, time.perf_counter() - started, arm_threads)
+    if args.betas is not None:
+        report = write_dose_report(out, args, scale, stages, time.perf_counter() - started, arm_threads)
+    else:
+        report = write_report(out, args, scale, manifest, stages, base_dir, args.arms, time.perf_counter() - started, arm_threads)
     print(report.read_text())
     return 0
 

@@ -153,3 +153,30 @@ def test_arm_seed_reaches_every_arm_and_only_the_arms(tmp_path):
     assert not any(a.startswith("training.seed=") for a in default.argv)  # the recipe's seed 0
     assert replica.argv == [*default.argv, "training.seed=1"]
     assert not any(a.startswith("training.seed=") for a in module.base_stage(tmp_path, data, module.FULL).argv)
+
+
+def test_dose_response_with_seeds_and_gameable_reward_at_toy_size(fast_run, tmp_path):
+    """--betas/--seeds/--reward gameable: one run per (beta, seed) that differs only in those keys
+    (and the rewards), several-seed arms in compare with the pooled test. Reuses the fast base."""
+    import shutil
+
+    source, _ = fast_run
+    for base in source.glob("base-*"):
+        shutil.copytree(base, tmp_path / base.name)
+    result = subprocess.run([sys.executable, str(SCRIPT), "--fast", "--betas", "0", "1.0", "--seeds", "0", "1",
+                             "--reward", "gameable", "--jobs", "2", "--quiet", "--out", str(tmp_path)],
+                            cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    runs = {name: json.loads((tmp_path / "arms" / name / "trl_config.json").read_text())
+            for name in ("beta0-s0", "beta0-s1", "beta1-s0", "beta1-s1")}
+    assert {n: (c["beta"], c["seed"]) for n, c in runs.items()} == {
+        "beta0-s0": (0.0, 0), "beta0-s1": (0.0, 1), "beta1-s0": (1.0, 0), "beta1-s1": (1.0, 1)}
+    resolved = (tmp_path / "arms" / "beta0-s0" / "resolved_recipe.yaml").read_text()
+    assert "kl_rewards:lenient_format" in resolved and "kl_rewards:brevity" in resolved
+    report = (tmp_path / "report.md").read_text()
+    assert "arms with several seeds" in report and "Cochran-Mantel-Haenszel by item" in report
+    compare = json.loads((tmp_path / "compare" / "report.json").read_text())
+    assert [g["arm"] for g in compare["seed_groups"]] == ["beta0", "beta1"] and all(g["seeds"] == 2 for g in compare["seed_groups"])
+    pairs = {(c["arm_a"], c["arm_b"], c["metric"]) for c in compare["pooled_comparisons"]}
+    assert {("base", "beta0", "loose"), ("beta0", "beta1", "loose"), ("base", "beta1", "strict")} <= pairs
+    assert "Hypotheses and decision rule" in report and "[base] reusing" not in result.stdout  # --quiet
