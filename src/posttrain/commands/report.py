@@ -47,6 +47,8 @@ def run(args) -> int:
             image = args.plot or Path(tmp) / "telemetry.png"
             if not args.plot:
                 plot(runs, image)
-            write_html(args.html, text, [image], title="posttrain report: " + ", ".join(r.name for r in runs))
+            tables, _, health = text.partition("\n## health")
+            first = f"## health{health}\n\n{tables}" if health else text  # health and speed first on the page
+            write_html(args.html, first, [image], title="posttrain report: " + ", ".join(r.name for r in runs))
         print(f"HTML report written to {args.html}")
     return 0
