@@ -8,6 +8,8 @@ with code 2 and a message naming the key or file; it never prints a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -16,13 +18,15 @@ from posttrain.errors import UserError
 EXIT_BAD_INPUT = 2
 
 # Modules under posttrain.commands that add their own subcommands (generate, eval, compare, ...).
-COMMAND_MODULES: list[str] = ["generate", "evaluate", "report", "convert"]
+COMMAND_MODULES: list[str] = ["generate", "evaluate", "report", "convert", "vllm_serve"]
 
 EPILOG_TRAIN = """\
 examples:
   posttrain train --recipe recipes/sft/tiny-cpu.yaml
   posttrain train --recipe recipes/sft/tiny-cpu.yaml training.max_steps=5 model.use_lora=true
   posttrain train recipes/cpt/tiny-cpu.yaml 'data.datasets[0].name=my.jsonl'
+  posttrain train --recipe R --nproc 8                                # 8 GPUs (torchrun)
+  posttrain train --recipe R --nproc 8 --nnodes 2 --node-rank 0 --master-addr HOST --master-port 29500
 
 overrides are key.path=value, anywhere after the command; list items are addressed as
 data.datasets[0].name or data.datasets.0.name; values are YAML 1.2 scalars (true, null, 1e-5,
@@ -49,14 +53,29 @@ def _split_recipe_args(args) -> tuple[str, list[str]]:
     return recipe, items
 
 
+@contextlib.contextmanager
+def _planned_world_size(opts):
+    """Validate batch shapes for the processes about to be launched (the schema reads WORLD_SIZE)."""
+    if not opts.launches:
+        yield
+        return
+    os.environ["WORLD_SIZE"] = str(opts.world_size)
+    try:
+        yield
+    finally:
+        del os.environ["WORLD_SIZE"]
+
+
 def cmd_validate(args) -> int:
+    from posttrain.distributed.launch import options_from_args
     from posttrain.recipe.load import format_differences, load_recipe, resolved_dict, to_yaml
     from posttrain.recipe.preflight import preflight
 
     recipe_path, overrides = _split_recipe_args(args)
     if _is_task_recipe(recipe_path):
         return _validate_task_recipe(recipe_path, overrides)
-    loaded = load_recipe(recipe_path, overrides)
+    with _planned_world_size(options_from_args(args)):
+        loaded = load_recipe(recipe_path, overrides)
     if not args.schema_only:
         preflight(loaded.recipe)
     print(f"# {recipe_path}: valid ({loaded.recipe.training.algorithm})")
@@ -86,12 +105,18 @@ def _validate_task_recipe(path: str, overrides: list[str]) -> int:
 
 
 def cmd_train(args) -> int:
+    from posttrain.distributed.launch import exec_torchrun, options_from_args
     from posttrain.recipe.load import load_recipe, redact_overrides
     from posttrain.recipe.preflight import preflight
 
     recipe_path, overrides = _split_recipe_args(args)
-    loaded = load_recipe(recipe_path, overrides)
+    opts = options_from_args(args)
+    with _planned_world_size(opts):  # every recipe error once, here, not once per process
+        loaded = load_recipe(recipe_path, overrides)
     preflight(loaded.recipe)
+    if opts.launches:
+        child = ["train", "--recipe", recipe_path, *overrides]
+        exec_torchrun(opts, child, ["train", "--recipe", recipe_path, *redact_overrides(overrides)])
     # Trackers record the command line (wandb's run metadata, our resolved_recipe.yaml): a secret
     # given as an override is already in the recipe object, so blank it out of argv.
     sys.argv[1:] = redact_overrides(sys.argv[1:])
@@ -118,6 +143,8 @@ def cmd_make_tiny_model(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from posttrain.distributed.launch import add_launch_args
+
     parser = argparse.ArgumentParser(
         prog="posttrain",
         description="Post-train language models (CPT, SFT, DPO, GRPO, GSPO) from validated YAML recipes, then "
@@ -129,11 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train a model from a recipe", description="Train a model from a recipe: validate it, load model and data, run TRL, save the result in training.output_dir.", epilog=EPILOG_TRAIN, formatter_class=argparse.RawDescriptionHelpFormatter)
     _recipe_args(p)
+    add_launch_args(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("validate", help="check a recipe and print it resolved (no torch import)", description="Resolve a recipe with its overrides and posttrain's defaults, check it without loading anything heavy, print the result and what differs from the library defaults. Exit code 2 lists every problem at once.", epilog=EPILOG_TRAIN.replace("posttrain train", "posttrain validate"), formatter_class=argparse.RawDescriptionHelpFormatter)
     _recipe_args(p)
     p.add_argument("--schema-only", action="store_true", help="check the recipe only, not this machine (data files present, a GPU for QLoRA, tracking packages): for recipes meant for another machine")
+    add_launch_args(p)
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("inspect", help="what a checkpoint holds: parameters and bytes per module group", description="Read a checkpoint's safetensors headers (no weights loaded) and print parameters and bytes per group: LoRA A/B, embeddings, lm_head, other. Warns when an adapter carries full embedding or lm_head matrices.")

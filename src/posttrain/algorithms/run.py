@@ -6,6 +6,7 @@ before output_dir is created, so a bad run leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -188,7 +189,7 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     # Where to resume from, and whether this recipe may continue it, before anything heavy loads.
     output_dir = Path(training.output_dir)
     storage = run_storage(recipe.s3)
-    resume_from = resume_point(training.resume_from_checkpoint, output_dir, storage)
+    resume_from = resume_point(training.resume_from_checkpoint, output_dir, storage)  # every rank, before the process group
     recipe_text = to_yaml(resolved_dict(recipe))
     if resume_from is not None:
         check_resume_recipe(resume_from, output_dir, yaml_load(recipe_text), training.resume_from_checkpoint)
@@ -208,7 +209,18 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     for key, (value, why) in runtime_defaults(recipe, device, data_format).items():
         if key != "report_to" or value != "none":
             log(f"training.{key} = {value}  (posttrain at start-up: {why})")
+    if training.distributed is not None:
+        from posttrain.distributed.backends import BACKENDS, config_path
+
+        if device.kind == "cpu" and BACKENDS[training.distributed][0] == "deepspeed":
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed's CPU accelerator (gloo), before it is imported
+        log(f"training.distributed = {training.distributed}: {BACKENDS[training.distributed][1]} ({config_path(training.distributed)})")
     trl_config = make_trl_config(recipe, device, data_format)
+    world = trl_config.world_size  # starts the process group when there are several processes
+    same_checkpoint_everywhere(resume_from, world)
+    if world > 1:
+        log(f"{world} processes ({os.environ.get('LOCAL_WORLD_SIZE', '?')} on this node), distributed type "
+            f"{trl_config.distributed_state.distributed_type.value}")
     from posttrain.tracking import configure as configure_tracking
 
     for note in configure_tracking(recipe.tracking, Path(trl_config.output_dir)):
@@ -217,6 +229,10 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     from transformers import set_seed
 
     set_seed(seed)  # before the model loads: LoRA's initialisation draws from the global generator
+    with trl_config.main_process_first(local=True, desc="model download"):
+        # tiny: builds and s3:// downloads happen on local rank 0; the node's other ranks wait, then hit the cache
+        if is_local_main_process():
+            resolve_model_sources(recipe.model)
     loaded = load_model(recipe.model, device, vision=recipe.uses_images)
     for note in loaded.notes:
         log(note)
@@ -265,20 +281,75 @@ def make_monitor(recipe, loaded: LoadedModel, trl_config) -> RunMonitor:
                       timers=StepTimers() if rl else None, log=log)
 
 
+def is_local_main_process() -> bool:
+    return int(os.environ.get("LOCAL_RANK", "0")) == 0
+
+
+def resolve_model_sources(model_cfg) -> None:
+    """Build or download the model (and an adapter's base) into the local cache; loading then hits it."""
+    from posttrain.models.loading import adapter_base, resolve_source
+
+    source = resolve_source(model_cfg.base_model_name)
+    base = adapter_base(source) if Path(source).is_dir() else None
+    if base is not None:
+        resolve_source(base)
+
+
+@contextlib.contextmanager
+def machine_lock(name: str):
+    """An exclusive flock shared by this machine's processes (in the posttrain cache; the kernel drops it if we die)."""
+    import fcntl
+    import hashlib
+
+    from posttrain.storage.cache import default_cache_root
+
+    path = default_cache_root() / "locks" / (hashlib.sha256(name.encode()).hexdigest()[:32] + ".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def same_checkpoint_everywhere(resume_from: Path | None, world: int) -> None:
+    """Every rank must continue from the same step; they would not if nodes see different output_dirs."""
+    if world <= 1:
+        return
+    import torch.distributed as dist
+
+    from posttrain.errors import UserError
+
+    mine = checkpoint_step(resume_from) if resume_from else 0
+    steps = [None] * world
+    dist.all_gather_object(steps, mine)
+    if len(set(steps)) > 1:
+        raise UserError(f"the ranks found different checkpoints to resume from (steps by rank: {steps}): output_dir must be "
+                        "on a filesystem every node shares, or give the run an s3 section so each node fetches the same one.")
+
+
 def resume_point(value, output_dir: Path, storage) -> Path | None:
     """training.resume_from_checkpoint: 'auto' (default) -> the newest complete checkpoint, local or
-    (with an s3 section) uploaded, if any; false/null -> start fresh; a path -> that checkpoint."""
+    (with an s3 section) uploaded, if any; false/null -> start fresh; a path -> that checkpoint.
+
+    Every rank runs this before the process group exists, so the processes of one machine take
+    turns through a file lock: the first downloads a newer uploaded checkpoint into output_dir,
+    the others then find it there complete (one download per node, never two into one folder).
+    """
     from posttrain.errors import UserError
 
     if value in (None, False, "false"):
         return None
     if value in ("auto", "force"):
-        found, notes = newest_complete_checkpoint(output_dir)
+        with machine_lock(f"resume {output_dir.resolve()}"):
+            found, notes = newest_complete_checkpoint(output_dir)
+            remote = storage.fetch_checkpoint(output_dir, checkpoint_step(found) if found else 0)
         for note in notes:
             log(note)
-        remote = storage.fetch_checkpoint(output_dir, checkpoint_step(found) if found else 0)
         if remote is not None:
-            log(f"downloaded {remote.name} from S3: newer than any complete local checkpoint")
+            # printed by every process that downloads (local rank 0 of each node), not only rank 0
+            print(f"rank {os.environ.get('RANK', '0')}: downloaded {remote.name} from S3: newer than any complete local checkpoint", flush=True)
             found = remote
         if found is not None:
             log(f"resuming from {found} (training.resume_from_checkpoint={value}; set it to false to start over)")

@@ -17,6 +17,10 @@ def runtime_defaults(recipe: Recipe, device, data_format: str | None) -> dict[st
         out["bf16"] = (use_bf16, f"{device.kind}: " + ("bf16 supported" if use_bf16 else "float32 (no native bf16)"))
     if recipe.training.algorithm in ("sft", "sft_vlm") and data_format == "messages" and "assistant_only_loss" not in set_keys:
         out["assistant_only_loss"] = (True, "messages data: loss on assistant turns only")
+    if device.kind == "cpu" and "use_cpu" not in set_keys:
+        # Without it, accelerate does not recognise several CPU processes as one job: torchrun's gloo
+        # group exists but the model is never wrapped in DDP, so ranks train alone (README: "2x loss").
+        out["use_cpu"] = (True, "cpu: gloo processes form one data-parallel job")
     if device.kind == "cpu" and "dataloader_pin_memory" not in set_keys:
         out["dataloader_pin_memory"] = (False, "cpu: nothing to pin to")
     tracking = recipe.tracking
@@ -31,6 +35,10 @@ def runtime_defaults(recipe: Recipe, device, data_format: str | None) -> dict[st
 
 def config_kwargs(recipe: Recipe, device, data_format: str | None) -> dict:
     kwargs = recipe.training.trl_kwargs()
+    if recipe.training.distributed is not None:  # the schema refused the same keys set in the recipe
+        from posttrain.distributed.backends import backend_fields
+
+        kwargs.update(backend_fields(recipe.training.distributed))
     kwargs.update({k: v for k, (v, _why) in runtime_defaults(recipe, device, data_format).items()})
     return kwargs
 

@@ -102,6 +102,16 @@ def adapter_problems(model, folder: Path) -> list[Problem]:
     return out
 
 
+def vllm_problems() -> list[str]:
+    """Why vLLM generation cannot run here (package, GPU), without importing torch or vllm."""
+    problems = []
+    if importlib.util.find_spec("vllm") is None:
+        problems.append("vLLM needs the vllm package, which is not installed: pip install vllm (on a machine with an NVIDIA GPU).")
+    if not has_cuda():
+        problems.append("vLLM needs a CUDA GPU and none is visible.")
+    return problems
+
+
 def preflight(recipe: Recipe) -> None:
     problems: list[Problem] = precision_problems(recipe.training)
     model = recipe.model
@@ -150,6 +160,16 @@ def preflight(recipe: Recipe) -> None:
 
     s3_sources = [(k, v) for k, v in sources if is_s3_uri(v)]
     problems += [Problem(k, m) for k, m in s3_problems(recipe.s3, s3_sources)]  # only imports boto3 when S3 is used
+
+    from posttrain.distributed.backends import backend_problems, deepspeed_stage
+
+    training = recipe.training
+    problems += [Problem(key, message) for key, message in backend_problems(training)]
+    if (model.load_in_4bit or model.load_in_8bit) and training.distributed is None and deepspeed_stage(training) == 3:
+        problems.append(Problem("training.deepspeed", "a ZeRO stage 3 config with a quantised base (QLoRA): ZeRO-3 cannot partition "
+                                "bitsandbytes' packed 4/8-bit weights here; use stage 2, or drop model.load_in_4bit."))
+    if getattr(training, "use_vllm", False):
+        problems += [Problem("training.use_vllm", p + " Or set training.use_vllm=false (generation with transformers).") for p in vllm_problems()]
 
     provider = recipe.tracking.provider
     if provider != "none" and importlib.util.find_spec(TRACKING_PACKAGES[provider]) is None:

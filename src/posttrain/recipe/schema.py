@@ -363,6 +363,14 @@ class TrainingBase(Section):
         description="Steps a windowed health condition must hold before its flag fires (no_learning_signal, all_truncated, "
         "length and entropy collapse, empty_think), and the early/late span the reward_divergence check compares.",
     )
+    distributed: Literal["ddp", "zero2", "zero3", "zero3_offload", "fsdp"] | None = Field(
+        None,
+        description="How several processes share the model (posttrain train --nproc N, torchrun, accelerate, srun...): "
+        "'ddp' (every process holds the whole model), 'zero2' / 'zero3' / 'zero3_offload' (DeepSpeed ZeRO: optimizer "
+        "state and gradients / also weights / also offloaded to CPU RAM; needs the deepspeed package) or 'fsdp' (PyTorch "
+        "FSDP2). Each is a shipped, commented config (posttrain/distributed/configs/). Unset: plain DDP when there are "
+        "several processes. Or set TRL's own training.deepspeed / fsdp / fsdp_config instead (not both).",
+    )
     resume_from_checkpoint: Literal["auto", False] | str | None = Field(
         None,
         description="'auto' (posttrain's default): continue from the newest complete checkpoint in output_dir, if there is one, so a "
@@ -456,6 +464,17 @@ class RewardSpec(BaseModel):
 
 
 class RLTrainingBase(TrainingBase):
+    @model_validator(mode="after")
+    def _vllm_keys_need_vllm(self):
+        """vLLM settings do nothing unless use_vllm is on; vllm_mode is TRL's free text, checked here."""
+        if self.use_vllm and self.vllm_mode is not None and self.vllm_mode not in ("colocate", "server"):
+            raise ValueError(f"training.vllm_mode={self.vllm_mode!r}: TRL knows 'colocate' (vLLM inside each training "
+                             "process) and 'server' (a separate `posttrain vllm-serve`).")
+        dead = sorted(k for k in self.model_fields_set if k.startswith("vllm_"))
+        if dead and not self.use_vllm:
+            raise ValueError(f"{', '.join('training.' + k for k in dead)} take effect only with training.use_vllm=true; set it, or remove them.")
+        return self
+
     rewards: list[RewardSpec] = Field(
         min_length=1,
         description="Rewards summed (with weights) into each completion's score. Dataset columns reach each reward "
@@ -569,8 +588,8 @@ class Recipe(Section):
 
     @model_validator(mode="after")
     def _cross_section(self):
-        raise_all(self._storage_checks() + self._keys_used_by_this_algorithm() + self._row_templates_used() + self._vision_checks()
-                  + self._evaluation_is_wired())
+        raise_all(self._storage_checks() + self._distributed_checks() + self._keys_used_by_this_algorithm() + self._row_templates_used()
+                  + self._vision_checks() + self._evaluation_is_wired())
         return self
 
     def _storage_checks(self) -> list[tuple[str, str]]:
@@ -597,6 +616,28 @@ class Recipe(Section):
                     if dead:
                         out.append((f"{where}.{dead[0]}", f"{dead[0]} is not read: the row templates name the columns they "
                                     "read. Remove it."))
+        return out
+
+    def _distributed_checks(self) -> list[tuple[str, str]]:
+        """training.distributed or TRL's own backend keys, not both; QLoRA cannot be sharded by ZeRO-3/FSDP."""
+        from posttrain.distributed.backends import BACKEND_KEYS
+
+        t = self.training
+        out = []
+        if t.distributed is not None:
+            both = [f"training.{k}" for k in BACKEND_KEYS if k in t.model_fields_set]
+            if both:
+                out.append(("training.distributed", f"training.distributed={t.distributed!r} brings its own config (posttrain/distributed/"
+                            f"configs/{t.distributed}.yaml) and {', '.join(both)} is set too; keep one: remove "
+                            f"training.distributed to use your own, or remove {both[0]}."))
+        quantised = self.model.load_in_4bit or self.model.load_in_8bit
+        if quantised and t.distributed in ("zero3", "zero3_offload", "fsdp"):
+            out.append(("training.distributed",
+                f"training.distributed={t.distributed!r} with a quantised base (QLoRA): ZeRO-3 and FSDP partition every "
+                "weight as a float tensor, but bitsandbytes packs 4/8-bit weights into uint8 storage that they cannot "
+                "shard (it would need bnb_4bit_quant_storage set to the compute dtype, which posttrain does not do and "
+                "has never run). The 4-bit base is small anyway: use training.distributed=zero2 or ddp (LoRA weights and "
+                "optimizer state are what grow), or drop model.load_in_4bit for zero3."))
         return out
 
     def _keys_used_by_this_algorithm(self) -> list[tuple[str, str]]:
