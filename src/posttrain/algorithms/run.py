@@ -218,9 +218,6 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     trl_config = make_trl_config(recipe, device, data_format)
     world = trl_config.world_size  # starts the process group when there are several processes
     same_checkpoint_everywhere(resume_from, world)
-    if world > 1:
-        log(f"{world} processes ({os.environ.get('LOCAL_WORLD_SIZE', '?')} on this node), distributed type "
-            f"{trl_config.distributed_state.distributed_type.value}")
     from posttrain.tracking import configure as configure_tracking
 
     for note in configure_tracking(recipe.tracking, Path(trl_config.output_dir)):
@@ -262,7 +259,11 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     peft_config = None if loaded.adapter_dir is not None else lora_config(recipe.model)
     run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, peft_config, output_dir, callbacks, reports,
               resume_from, storage, lock, monitor)
-    return run, TRAINERS[training.algorithm](run)
+    trainer = TRAINERS[training.algorithm](run)
+    if world > 1:
+        log(f"{world} processes ({os.environ.get('LOCAL_WORLD_SIZE', '?')} on this node), distributed type "
+            f"{trainer.accelerator.distributed_type.value}")
+    return run, trainer
 
 
 def make_monitor(recipe, loaded: LoadedModel, trl_config) -> RunMonitor:

@@ -73,11 +73,19 @@ def deepspeed_stage(training) -> int | None:
     return None
 
 
-def backend_problems(training) -> list[tuple[str, str]]:
+def backend_problems(training, has_cuda: bool) -> list[tuple[str, str]]:
     """(key, message) for every reason the chosen backend cannot run on this machine: its package
-    is missing or its config file does not exist. Used by `posttrain validate` and before training."""
+    is missing, its config file does not exist, or (FSDP) no GPU. Used by `posttrain validate` and
+    before training."""
     problems = []
     choice = training.distributed
+    if (choice == "fsdp" or training.fsdp) and not has_cuda:
+        # accelerate 1.15 (state.py, AcceleratorState) switches to DistributedType.FSDP only for GPU-like
+        # process groups; with CPU (gloo) ranks it keeps MULTI_CPU and wraps the model in plain DDP.
+        key = "training.distributed" if choice == "fsdp" else "training.fsdp"
+        problems.append((key, "FSDP needs CUDA GPUs and none is visible: on CPU, accelerate (which the trainer uses) "
+                         "silently runs plain DDP instead of FSDP. Use training.distributed=ddp (or zero2/zero3, which "
+                         "DeepSpeed also runs on CPU) here, and fsdp on the GPU machine."))
     if choice is not None:
         package, _ = BACKENDS[choice]
         if not config_path(choice).is_file():

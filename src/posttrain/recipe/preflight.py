@@ -164,7 +164,7 @@ def preflight(recipe: Recipe) -> None:
     from posttrain.distributed.backends import backend_problems, deepspeed_stage
 
     training = recipe.training
-    problems += [Problem(key, message) for key, message in backend_problems(training)]
+    problems += [Problem(key, message) for key, message in backend_problems(training, has_cuda())]
     if (model.load_in_4bit or model.load_in_8bit) and training.distributed is None and deepspeed_stage(training) == 3:
         problems.append(Problem("training.deepspeed", "a ZeRO stage 3 config with a quantised base (QLoRA): ZeRO-3 cannot partition "
                                 "bitsandbytes' packed 4/8-bit weights here; use stage 2, or drop model.load_in_4bit."))

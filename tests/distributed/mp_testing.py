@@ -1,0 +1,52 @@
+"""Helpers for real multi-process runs (gloo on CPU): free ports, reading weights and metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# One thread per process: the machines that run the suite have 2 cores, and 2 ranks share them.
+ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+# Small and quick: the 1m tiny model, 3 steps, a step's loss and grad-norm logged every step.
+FAST = ["training.max_steps=3", "training.logging_steps=1", "training.save_strategy=no", "training.learning_rate=1e-2",
+        "training.max_length=64", "training.seed=0"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def posttrain(*args, timeout: int = 300, env: dict | None = None, **popen) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "posttrain", *map(str, args)], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **ENV, **(env or {})}, **popen)
+
+
+def start(*args, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "posttrain", *map(str, args)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, **ENV, **(env or {})})
+
+
+def losses(out: Path, key: str = "loss") -> list[float]:
+    return [r[key] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if key in r]
+
+
+def weights(out: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(out / "model.safetensors"))
+
+
+def max_weight_diff(a: Path, b: Path) -> float:
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    return max((wa[k] - wb[k]).abs().max().item() for k in wa)

@@ -1,0 +1,113 @@
+"""Real multi-process training on CPU (torchrun + gloo), launched the way users launch it.
+
+The runs are shared through module fixtures: one process with batch 16 (the reference), two
+processes with batch 8 (`posttrain train --nproc 2`), and two torchrun "nodes" of one process each
+that meet on 127.0.0.1. Same seed and data, so the two-process run must reproduce the reference's
+loss trajectory and final weights, and the two-node run the two-process one.
+
+Tolerance: the runs differ only in how float32 sums are split and reduced across ranks. Losses and
+grad-norms: 1e-5 relative (observed about 1e-7). Weights: 1e-4 absolute on every element
+(observed 5e-5): Adam divides each gradient by its own running magnitude, so a rounding-level
+difference in a near-zero gradient can move that weight by a visible share of one step (lr 1e-2);
+the test also checks that training moved the weights 100x further than that tolerance.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mp_testing import FAST, free_port, losses, max_weight_diff, posttrain, start
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+RECIPE = "recipes/sft/tiny-cpu.yaml"
+LOSS_RTOL = 1e-5
+WEIGHT_ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory, sft_data):
+    out = tmp_path_factory.mktemp("one") / "run"
+    result = posttrain("train", "--recipe", RECIPE, sft_data, f"training.output_dir={out}", "training.per_device_train_batch_size=16", *FAST)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "launching" not in result.stdout  # --nproc 1 (the default) is one plain process
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory, sft_data):
+    out = tmp_path_factory.mktemp("two") / "run"
+    result = posttrain("train", "--recipe", RECIPE, "--nproc", "2", sft_data, f"training.output_dir={out}",
+                       "training.per_device_train_batch_size=8", *FAST)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out, result
+
+
+def test_two_processes_launch_through_torchrun_and_form_one_job(two_processes):
+    out, result = two_processes
+    assert "launching 2 process(es) on this node: -m torch.distributed.run --nproc-per-node 2 --standalone" in result.stdout
+    assert "2 processes (2 on this node), distributed type MULTI_CPU" in result.stdout
+    assert result.stdout.count("done: final model in") == 1  # rank 0 alone reports and writes
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len([r for r in records if "loss" in r]) == 3  # one record per step, not one per rank
+    # 64 rows, 2 ranks x 8 rows per step: each rank reads its own half, so 3 steps are 3/4 of an epoch.
+    assert records[-1]["epoch"] == pytest.approx(0.75)
+
+
+def test_two_processes_batch_8_equal_one_process_batch_16(one_process, two_processes, tiny_dir):
+    """Invariant 9: N processes x batch B train like one process with batch N*B."""
+    out, _ = two_processes
+    assert losses(out) == pytest.approx(losses(one_process), rel=LOSS_RTOL)
+    assert losses(out, "grad_norm") == pytest.approx(losses(one_process, "grad_norm"), rel=LOSS_RTOL)
+    assert max_weight_diff(out, one_process) < WEIGHT_ATOL
+    assert max_weight_diff(one_process, tiny_dir) > 100 * WEIGHT_ATOL  # the runs really trained
+
+
+def test_two_nodes_on_one_machine_equal_two_processes_on_one_node(tmp_path, sft_data, two_processes):
+    """Two torchrun "nodes" (one process each) rendezvous on 127.0.0.1 like two machines would."""
+    out = tmp_path / "nodes"
+    port = free_port()
+    nodes = [start("train", "--recipe", RECIPE, "--nproc", "1", "--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
+                   "--master-port", str(port), sft_data, f"training.output_dir={out}", "training.per_device_train_batch_size=8", *FAST)
+             for rank in (0, 1)]
+    logs = [node.communicate(timeout=300)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], logs[0][-2000:] + logs[1][-2000:]
+    assert "--nnodes 2 --node-rank 0 --master-addr 127.0.0.1" in logs[0]
+    assert "2 processes (1 on this node), distributed type MULTI_CPU" in logs[0]
+    reference, _ = two_processes
+    assert losses(out) == pytest.approx(losses(reference), rel=LOSS_RTOL)
+    assert max_weight_diff(out, reference) < WEIGHT_ATOL
+
+
+@pytest.mark.parametrize("backend", ["zero2", "zero3"])
+def test_deepspeed_zero_trains_like_ddp_on_cpu(backend, tmp_path, sft_data, two_processes):
+    """DeepSpeed ZeRO-2/3 run on CPU (DeepSpeed's CPU accelerator over gloo): same numbers as DDP.
+    (FSDP cannot run on CPU through the trainer; see test_backends.py.)"""
+    pytest.importorskip("deepspeed")
+    out = tmp_path / backend
+    result = posttrain("train", "--recipe", RECIPE, "--nproc", "2", sft_data, f"training.output_dir={out}",
+                       "training.per_device_train_batch_size=8", f"training.distributed={backend}", *FAST)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "distributed type DEEPSPEED" in result.stdout
+    reference, _ = two_processes
+    assert losses(out) == pytest.approx(losses(reference), rel=1e-4)
+    assert max_weight_diff(out, reference) < 1e-4  # the full model is gathered into one model.safetensors
+
+
+@pytest.mark.parametrize("recipe, overrides, rows_per_epoch", [
+    ("recipes/dpo/tiny-cpu.yaml", ["training.eval_strategy=no", "data.eval_fraction=null", "training.per_device_train_batch_size=4"], "preferences.jsonl"),
+    ("recipes/grpo/tiny-cpu.yaml", ["training.per_device_train_batch_size=4", "training.max_completion_length=8"], None),
+])
+def test_dpo_and_grpo_on_two_processes(recipe, overrides, rows_per_epoch, tmp_path, repo):
+    out = tmp_path / "run"
+    result = posttrain("train", "--recipe", recipe, "--nproc", "2", f"training.output_dir={out}", "training.max_steps=2",
+                       "training.logging_steps=1", "training.save_strategy=no", *overrides)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "2 processes (2 on this node), distributed type MULTI_CPU" in result.stdout
+    assert result.stdout.count("done: final model in") == 1
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len([r for r in records if "loss" in r]) == 2
+    if rows_per_epoch:  # 2 ranks x 4 pairs per step, each rank its own share of the data
+        rows = len((repo / "examples/data" / rows_per_epoch).read_text().splitlines())
+        assert records[-1]["epoch"] == pytest.approx(2 * 8 / rows, rel=0.05)
