@@ -23,7 +23,8 @@ UNSETTABLE = {"parallelism_config"}
 # RL batch fields must agree with each other (checked at load time), so they get one consistent,
 # non-default set; generation_batch_size excludes steps_per_generation and is tested on its own.
 RL_VALUES = {"per_device_train_batch_size": 6, "num_generations": 3, "steps_per_generation": 8,
-             "gradient_accumulation_steps": 4, "importance_sampling_level": "sequence"}
+             "gradient_accumulation_steps": 4, "importance_sampling_level": "sequence",
+             "vllm_mode": "server"}  # TRL's vllm_mode is free text; posttrain accepts colocate | server
 # Cross-field rules (schema.TrainingBase.cross_checks) hold between some fields: x_steps needs
 # x_strategy=steps, fp16 excludes bf16. These keep the strategies at 'steps' so every *_steps arrives.
 CONSISTENT = {"save_strategy": "steps", "logging_strategy": "steps", "eval_strategy": "steps", "bf16": False}
