@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 # One thread per process: the machines that run the suite have 2 cores, and 2 ranks share them.
 ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 # Small and quick: the 1m tiny model, 3 steps, a step's loss and grad-norm logged every step.
-FAST = ["training.max_steps=3", "training.logging_steps=1", "training.save_strategy=no", "training.learning_rate=1e-2",
+FAST = ["training.max_steps=3", "training.logging_steps=1", "training.save_steps=1000", "training.learning_rate=1e-2",
         "training.max_length=64", "training.seed=0"]
 
 

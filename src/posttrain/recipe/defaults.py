@@ -9,6 +9,13 @@ Defaults that depend on the machine or the data are resolved when the run starts
   it and float32 elsewhere (bf16 on a CPU without bf16 instructions is ~6x slower).
 - SFT on `messages` data trains on assistant turns only (TRL: `assistant_only_loss=True`);
   prompt/completion data trains on the completion only (TRL's own default).
+- `use_cpu=True` on machines without a GPU. Without it, N processes started by torchrun on CPU
+  are not one job: accelerate's `PartialState` (state.py `_prepare_backend`) picks
+  `DistributedType.MULTI_CPU` only when asked for the CPU, else `NO`; transformers still opens the
+  gloo group, but the model is never wrapped in DDP and `accelerator.gather` returns the local
+  value. Each rank then trains alone and, with `average_tokens_across_devices`, logs
+  `loss * num_processes` (trainer.py / TRL's SFT `compute_loss` multiply by the process count to
+  undo DDP's averaging, which never happens): the "2x loss and grad-norm on 2 processes".
 """
 
 from __future__ import annotations
@@ -21,6 +28,16 @@ COMMON: dict[str, object] = {
     "activation_checkpointing_kwargs": {"use_reentrant": False},
     # A run killed mid-way and started again with the same command continues where it stopped.
     "resume_from_checkpoint": "auto",
+    # Many processes, one result (kept at TRL's value, stated here on purpose). With it, each rank
+    # divides its summed token loss by the number of loss tokens of *all* ranks (gathered in
+    # transformers' Trainer._get_num_items_in_batch) and multiplies by the process count, which
+    # DDP's gradient averaging divides out again: N processes x batch B take exactly the step of
+    # one process with batch N*B, and the logged loss is the global per-token mean. With false,
+    # each rank averages over its own tokens and DDP averages those means: ranks with few tokens
+    # weigh as much as ranks with many, so the step differs from the one-process step.
+    # Measured (tests/distributed/test_many_processes.py): 2 x 8 vs 1 x 16 on CPU, losses and
+    # grad-norms equal to 1e-7 relative, weights to 5e-5 after 3 steps at lr 1e-2.
+    "average_tokens_across_devices": True,
 }
 
 ALGORITHM_DEFAULTS: dict[str, dict[str, object]] = {
