@@ -89,6 +89,16 @@ def test_the_chosen_config_reaches_the_trl_config(choice, key, expected):
     assert "distributed" not in kwargs  # posttrain's own key, not TRL's
 
 
+def test_a_recipe_ddp_knob_beats_the_shipped_preset():
+    from posttrain.algorithms.trl_config import config_kwargs
+    from posttrain.models.loading import DeviceInfo
+    from posttrain.recipe.load import load_recipe
+
+    recipe = load_recipe("recipes/sft/tiny-cpu.yaml", ["training.distributed=ddp", "training.ddp_timeout=60"]).recipe
+    kwargs = config_kwargs(recipe, DeviceInfo("cuda", True), "prompt_completion")
+    assert kwargs["ddp_timeout"] == 60 and kwargs["ddp_find_unused_parameters"] is False
+
+
 def test_distributed_and_trl_backend_keys_together_are_refused():
     result = posttrain("validate", "recipes/sft/tiny-cpu.yaml", "training.distributed=zero2", "training.deepspeed=ds.json", "--schema-only")
     assert result.returncode == 2 and "keep one" in result.stderr and "training.deepspeed" in result.stderr

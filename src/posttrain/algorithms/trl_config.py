@@ -35,10 +35,11 @@ def runtime_defaults(recipe: Recipe, device, data_format: str | None) -> dict[st
 
 def config_kwargs(recipe: Recipe, device, data_format: str | None) -> dict:
     kwargs = recipe.training.trl_kwargs()
-    if recipe.training.distributed is not None:  # the schema refused the same keys set in the recipe
+    if recipe.training.distributed is not None:  # the schema refused deepspeed/fsdp keys set beside it
         from posttrain.distributed.backends import backend_fields
 
-        kwargs.update(backend_fields(recipe.training.distributed))
+        set_keys = recipe.training.model_fields_set
+        kwargs.update({k: v for k, v in backend_fields(recipe.training.distributed).items() if k not in set_keys})
     kwargs.update({k: v for k, (v, _why) in runtime_defaults(recipe, device, data_format).items()})
     return kwargs
 

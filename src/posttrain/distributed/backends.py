@@ -32,8 +32,10 @@ BACKENDS: dict[str, tuple[str | None, str]] = {
     "fsdp": (None, "PyTorch FSDP2: weights, gradients and optimizer state sharded"),
 }
 
-# TRL config fields a shipped config may set; a recipe that also sets one of them is refused.
-BACKEND_KEYS = ("deepspeed", "fsdp", "fsdp_config", "ddp_find_unused_parameters", "ddp_timeout")
+# Whole-backend TRL fields: a recipe that sets one of them and training.distributed is refused (two
+# sharding configs). The shipped configs' other fields (ddp_timeout, ...) are presets: a recipe
+# that sets one of those keeps its own value.
+BACKEND_KEYS = ("deepspeed", "fsdp", "fsdp_config")
 
 
 def config_path(choice: str) -> Path:
