@@ -64,3 +64,22 @@ def test_text_only_model_with_images_is_an_error_naming_it(cli, tmp_path):
 def test_recipe_errors(cli, override, message):
     result = cli("validate", "--recipe", RECIPE, override)
     assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+def test_grpo_on_image_prompts_two_steps(cli, tmp_path):
+    out = tmp_path / "grpo"
+    result = cli("train", "--recipe", "recipes/grpo/tiny-vlm-cpu.yaml", f"training.output_dir={out}", "training.max_steps=2",
+                 "training.save_steps=100", "data.datasets[0].max_samples=16")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "trainable parameters: vision 0 of 83,712" in result.stdout
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "rewards/text_match/mean" in r or "reward" in r]
+    assert len(steps) == 2 and all(0.0 <= r["reward"] <= 1.5 for r in steps)
+    assert (out / "model.safetensors").is_file()
+
+
+def test_text_match_reward_reads_words_and_numbers():
+    from posttrain.rewards.builtin import get_reward
+
+    reward = get_reward("text_match")
+    assert reward(["<answer>Green</answer>", "<answer>blue</answer>", "<answer>3</answer>"], answer=["green", "green", "3.0"]) == [1.0, 0.0, 1.0]

@@ -32,7 +32,18 @@ def reward_functions(training) -> list:
 def build_trainer(run):
     from trl import GRPOTrainer
 
+    if run.loaded.processor is not None:
+        # Image prompts (a vision-language model): the tower frozen and LoRA aimed as in sft_vlm. TRL
+        # renders each chat with its images through the processor when it generates.
+        from .run import log
+        from .sft_vlm import prepare_model
+
+        prepare_model(run, log)
     trainer = GRPOTrainer(reward_funcs=reward_functions(run.loaded_recipe.recipe.training), **run.trainer_kwargs())
+    if run.loaded.processor is not None:
+        from posttrain.models.vision import render_parts
+
+        log(render_parts(trainer.model))
     if run.monitor is not None and run.monitor.timers is not None:
         from .monitor import attach_timers
 

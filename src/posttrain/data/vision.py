@@ -171,7 +171,8 @@ def prepare_vision_dataset(spec, key: str, data_cfg, seed: int, *, prompt_only: 
     """One dataset in TRL's vision format, and its report.
 
     SFT rows: {messages, images} or {prompt, completion, images} (conversational). With
-    `prompt_only` (GRPO), rows are {prompt (chat), images, every other column}.
+    `prompt_only` (GRPO), rows are {prompt (chat, after data.system_prompt if set), images, answer
+    (from answer_column, for the rewards), every other column}.
     """
     import datasets
 
@@ -180,6 +181,9 @@ def prepare_vision_dataset(spec, key: str, data_cfg, seed: int, *, prompt_only: 
     if missing:
         which = "image_columns" if missing[0] in spec.image_columns else "video_columns"
         raise UserError(f"{key}.{which}: column {missing[0]!r} not found in {spec.name}; the data has columns {raw.column_names}.")
+    if prompt_only and spec.answer_column not in raw.column_names:
+        raise UserError(f"{key} ({spec.name}): column {spec.answer_column!r} not found; the data has columns {raw.column_names}. "
+                        f"Map yours with {key}.answer_column=<column>.")
     fmt = "prompt_completion" if prompt_only else detect_format(spec, raw.column_names, "sft")
     if fmt not in ("messages", "prompt_completion"):
         raise UserError(f"{key} ({spec.name}): vision-language rows need a chat ('{spec.messages_column}') or "
@@ -204,6 +208,10 @@ def prepare_vision_dataset(spec, key: str, data_cfg, seed: int, *, prompt_only: 
                 if not isinstance(row["prompt"], str) or not row["prompt"].strip():
                     raise DropRow("empty_prompt")
                 messages = [{"role": "user", "content": content_parts(row["prompt"])}]
+                if data_cfg.system_prompt:
+                    messages.insert(0, {"role": "system", "content": content_parts(data_cfg.system_prompt)})
+                if record[spec.answer_column] in (None, ""):
+                    raise DropRow("empty_answer")
             else:
                 messages = chat_messages(row, fmt)
             images, videos = row_media(record, spec, base_dir, data_cfg, settings)
@@ -214,8 +222,10 @@ def prepare_vision_dataset(spec, key: str, data_cfg, seed: int, *, prompt_only: 
             continue
         if prompt_only:
             media_cols = set(spec.image_columns + spec.video_columns + [spec.prompt_column])
-            extra = {k: v for k, v in record.items() if k not in media_cols and k not in ("prompt", "images")}
-            rows.append({**extra, "prompt": messages, "images": ordered})
+            # TRL reads these names as the conversation: never pass them through as extra columns
+            taken = ("prompt", "images", "image", "completion", "messages", "chosen", "rejected", "answer")
+            extra = {k: v for k, v in record.items() if k not in media_cols and k not in taken}
+            rows.append({**extra, "prompt": messages, "images": ordered, "answer": str(record[spec.answer_column])})
         elif fmt == "messages":
             rows.append({"messages": messages, "images": ordered})
         else:

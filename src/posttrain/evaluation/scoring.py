@@ -30,7 +30,7 @@ import re
 import string
 from typing import Any
 
-from posttrain.rewards.answers import extract_answer, format_score, loose_correct, strict_correct
+from posttrain.rewards.answers import extract_answer, format_score, loose_correct, strict_correct, text_correct
 
 __all__ = ["SCORERS", "choice_loose", "choice_strict", "score_completion", "text_loose", "text_strict"]
 
@@ -63,13 +63,13 @@ def _normal(text: str) -> str:
 
 
 def text_strict(completion: str, gold: str) -> bool:
-    """The ``<answer>`` block holds just the gold text.
+    """The ``<answer>`` block holds just the gold text: ``answers.text_correct``, what the
+    ``text_match`` reward pays for.
 
     >>> text_strict("<answer> Red. </answer>", "red"), text_strict("<answer>dark red</answer>", "red")
     (True, False)
     """
-    answer = extract_answer(completion)
-    return answer is not None and answer.strip(_STRIP).lower() == gold.strip(_STRIP).lower()
+    return text_correct(completion, gold)
 
 
 def text_loose(completion: str, gold: str) -> bool:

@@ -692,6 +692,12 @@ class Recipe(Section):
             if unused:
                 out.append((unused[0], f"{', '.join(unused)} only apply to runs with images (algorithm sft_vlm, or datasets with "
                             "image_columns/video_columns); this run has none. Remove them."))
+        if self.uses_images and algorithm in RL_ALGORITHMS:
+            unsupported = [f"data.{k}" for k in ("max_prompt_length", "few_shot") if k in self.data.model_fields_set]
+            unsupported += [f"{key}[{i}].template" for key, ds in specs for i, d in enumerate(ds) if "template" in d.model_fields_set]
+            if unsupported:
+                out.append((unsupported[0], f"{', '.join(unsupported)}: not supported with image prompts (the prompt is the "
+                            "question as written, with its images); remove them."))
         if self.model.use_lora and not self.model.freeze_vision_tower:
             out.append(("model.freeze_vision_tower", "model.freeze_vision_tower=false with model.use_lora=true: LoRA adapts the "
                         "language model only and PEFT freezes everything else. Train the tower with use_lora=false, or keep it frozen."))

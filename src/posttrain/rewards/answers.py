@@ -49,6 +49,7 @@ __all__ = [
     "extract_answer",
     "extract_gsm8k_gold",
     "strict_correct",
+    "text_correct",
     "loose_correct",
     "format_score",
     "FORMAT_PENALTY_SCALE",
@@ -203,6 +204,21 @@ def strict_correct(completion: str, gold: str | int | Decimal) -> bool:
     ``gold`` may be a bare number or a raw GSM8K answer field ("... #### 1,400").
     """
     return numbers_equal(parse_number(extract_answer(completion)), _gold_number(gold))
+
+
+def text_correct(completion: str, gold: str | int) -> bool:
+    """The ``<answer>`` block holds just the gold: as a number when gold is one (``strict_correct``),
+    else as text, case-insensitively, surrounding whitespace and punctuation stripped (what
+    ``text_match`` rewards and the strict score of free-text answers).
+
+    >>> text_correct("<answer> Red. </answer>", "red"), text_correct("<answer>dark red</answer>", "red")
+    (True, False)
+    """
+    if parse_number(str(gold)) is not None:
+        return strict_correct(completion, str(gold))
+    answer = extract_answer(completion)
+    strip = " \t\n\r.,;:!?\"'()[]{}"
+    return answer is not None and answer.strip(strip).lower() == str(gold).strip(strip).lower()
 
 
 def loose_correct(completion: str, gold: str | int | Decimal) -> bool:

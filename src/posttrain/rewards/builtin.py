@@ -31,6 +31,7 @@ from posttrain.rewards.answers import (
     loose_correct,
     parse_number,
     strict_correct,
+    text_correct,
 )
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "get_reward",
     "loose_match",
     "numeric_answer",
+    "text_match",
 ]
 
 RewardFn = Callable[..., list[float]]
@@ -49,7 +51,7 @@ RewardFn = Callable[..., list[float]]
 # Built-in rewards that compare against the gold answer as a number (it must parse as one), and
 # those that pay only for the <think>/<answer> format (the prompt should ask for it).
 NUMERIC_GOLD_REWARDS = ("answer_match", "loose_match")
-TAG_REWARDS = ("answer_match", "format", "numeric_answer")
+TAG_REWARDS = ("answer_match", "text_match", "format", "numeric_answer")
 
 
 def completion_text(completion: Any) -> str:
@@ -97,6 +99,18 @@ def answer_match(completions: list[Any], *, answer_column: str = "answer", **kwa
     return [float(strict_correct(completion_text(c), gold)) for c, gold in zip(completions, golds)]
 
 
+def text_match(completions: list[Any], *, answer_column: str = "answer", **kwargs: Any) -> list[float]:
+    """1.0 when the single ``<answer>`` block holds the gold answer, else 0.0: text compared
+    case-insensitively ("red"), numbers as numbers. For free-text golds (image questions); it is
+    the strict score `posttrain eval` gives such answers.
+
+    >>> text_match(["<answer>Red</answer>", "red", "<answer>2.0</answer>"], answer=["red", "red", "2"])
+    [1.0, 0.0, 1.0]
+    """
+    golds = _column(kwargs, answer_column, len(completions), "text_match")
+    return [float(text_correct(completion_text(c), gold)) for c, gold in zip(completions, golds)]
+
+
 def format_reward(completions: list[Any], **kwargs: Any) -> list[float]:
     """``format_score``: 1.0 for one ``<think>`` block then one non-empty ``<answer>`` block.
 
@@ -132,6 +146,7 @@ def loose_match(completions: list[Any], *, answer_column: str = "answer", **kwar
 
 REWARDS: dict[str, RewardFn] = {
     "answer_match": answer_match,
+    "text_match": text_match,
     "format": format_reward,
     "numeric_answer": numeric_answer,
     "loose_match": loose_match,
