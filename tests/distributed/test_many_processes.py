@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from mp_testing import FAST, free_port, losses, max_weight_diff, posttrain, start
+from mp_testing import FAST, REPO, free_port, losses, max_weight_diff, posttrain, start
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -64,16 +64,38 @@ def test_two_processes_batch_8_equal_one_process_batch_16(one_process, two_proce
     assert max_weight_diff(one_process, tiny_dir) > 100 * WEIGHT_ATOL  # the runs really trained
 
 
+# A stand-in for SLURM's srun: start the job step's command once per "node" on this machine, with the
+# variables srun sets (SLURM_NODEID, SLURM_NNODES), and fail if any node fails. scontrol names the head.
+FAKE_SRUN = """#!/bin/bash
+while [[ "$1" == --* ]]; do shift; done
+pids=()
+for node in $(seq 0 $((SLURM_NNODES - 1))); do SLURM_NODEID=$node "$@" > "$SRUN_LOGS/node$node.log" 2>&1 & pids+=($!); done
+rc=0; for p in "${pids[@]}"; do wait $p || rc=1; done; exit $rc
+"""
+FAKE_SCONTROL = "#!/bin/bash\necho 127.0.0.1\n"
+
+
 def test_two_nodes_on_one_machine_equal_two_processes_on_one_node(tmp_path, sft_data, two_processes):
-    """Two torchrun "nodes" (one process each) rendezvous on 127.0.0.1 like two machines would."""
+    """examples/slurm/train.sbatch on 2 "nodes" of one process each: two torchruns rendezvous on 127.0.0.1."""
+    import os
+    import subprocess
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
     out = tmp_path / "nodes"
-    port = free_port()
-    nodes = [start("train", "--recipe", RECIPE, "--nproc", "1", "--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
-                   "--master-port", str(port), sft_data, f"training.output_dir={out}", "training.per_device_train_batch_size=8", *FAST)
-             for rank in (0, 1)]
-    logs = [node.communicate(timeout=300)[0] for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], logs[0][-2000:] + logs[1][-2000:]
-    assert "--nnodes 2 --node-rank 0 --master-addr 127.0.0.1" in logs[0]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_NNODES": "2",
+           "SLURM_JOB_NODELIST": "node[0-1]", "SRUN_LOGS": str(tmp_path), "GPUS_PER_NODE": "1",
+           "MASTER_PORT": str(free_port()), "POSTTRAIN": f"{sys.executable} -m posttrain"}
+    job = subprocess.run(["bash", "examples/slurm/train.sbatch", RECIPE, sft_data, f"training.output_dir={out}",
+                          "training.per_device_train_batch_size=8", *FAST], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    logs = [(tmp_path / f"node{i}.log").read_text() for i in (0, 1)]
+    assert job.returncode == 0, logs[0][-2000:] + logs[1][-2000:]
+    assert "--nproc-per-node 1 --nnodes 2 --node-rank 0 --master-addr 127.0.0.1" in logs[0]
+    assert "--node-rank 1" in logs[1]
     assert "2 processes (1 on this node), distributed type MULTI_CPU" in logs[0]
     reference, _ = two_processes
     assert losses(out) == pytest.approx(losses(reference), rel=LOSS_RTOL)
