@@ -137,6 +137,8 @@ def cmd_inspect(args) -> int:
 def cmd_make_tiny_model(args) -> int:
     from posttrain.models.tiny import build_tiny_model
 
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UserError(f"make-tiny-model: {args.out!r} exists and is not a directory; give a folder to write the model into")
     out = build_tiny_model(args.out, arch=args.arch, size=args.size, seed=args.seed)
     print(f"tiny {args.arch}-{args.size} model and tokenizer written to {out}")
     return 0

@@ -34,8 +34,12 @@ class OutputDirLock:
         self.stale: dict | None = None  # the previous holder's record, when it died holding the lock
 
     def acquire(self) -> "OutputDirLock":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:  # output_dir is a file, or not writable
+            raise UserError(f"training.output_dir {str(self.path.parent)!r}: cannot use it as the run's folder "
+                            f"({e.strerror or e}); give a directory this user can write.") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -239,14 +239,6 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
 
         log(long_pairs_note(train_dataset, loaded.tokenizer, trl_config.max_length, trl_config.truncation_mode))
 
-    output_dir.mkdir(parents=True, exist_ok=True)
-    if is_main_process():
-        header = "".join(f"# {k}: {v}\n" for k, v in provenance().items())
-        (output_dir / "resolved_recipe.yaml").write_text(header + recipe_text)
-        write_history(output_dir, header + recipe_text, checkpoint_step(resume_from) if resume_from else 0)
-        (output_dir / "trl_config.json").write_text(trl_config.to_json_string())
-        keep_metrics(output_dir / "metrics.jsonl", checkpoint_step(resume_from) if resume_from else 0)
-
     monitor = make_monitor(recipe, loaded, trl_config)
     # monitor first: it adds speed/health keys to the record MetricsFile writes
     callbacks = [monitor, MetricsFile(output_dir / "metrics.jsonl"), RecipeInCheckpoints(output_dir, recipe_text), *storage.callbacks()]
@@ -259,10 +251,18 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     peft_config = None if loaded.adapter_dir is not None else lora_config(recipe.model)
     run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, peft_config, output_dir, callbacks, reports,
               resume_from, storage, lock, monitor)
-    trainer = TRAINERS[training.algorithm](run)
+    trainer = TRAINERS[training.algorithm](run)  # user rewards import here: a failure leaves output_dir as it was
     if world > 1:
         log(f"{world} processes ({os.environ.get('LOCAL_WORLD_SIZE', '?')} on this node), distributed type "
             f"{trainer.accelerator.distributed_type.value}")
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if is_main_process():
+        header = "".join(f"# {k}: {v}\n" for k, v in provenance().items())
+        (output_dir / "resolved_recipe.yaml").write_text(header + recipe_text)
+        write_history(output_dir, header + recipe_text, checkpoint_step(resume_from) if resume_from else 0)
+        (output_dir / "trl_config.json").write_text(trl_config.to_json_string())
+        keep_metrics(output_dir / "metrics.jsonl", checkpoint_step(resume_from) if resume_from else 0)
     return run, trainer
 
 

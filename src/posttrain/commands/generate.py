@@ -95,16 +95,18 @@ def run(args) -> int:
     out = Path(args.out)
     if args.csv and out.suffix == ".csv":
         raise UserError(f"--out {args.out}: with --csv the CSV goes beside the JSONL output; give --out a .jsonl name")
-    out.parent.mkdir(parents=True, exist_ok=True)
     csv_path = out.with_suffix(".csv") if args.csv else None
     with contextlib.ExitStack() as files:
-        jsonl = files.enter_context(out.open("w"))
-        csv_file = files.enter_context(csv_path.open("w", newline="")) if csv_path else None
-        writer = csv.DictWriter(csv_file, OUTPUT_FIELDS) if csv_file else None
-        if writer:
-            writer.writeheader()
+        jsonl = csv_file = writer = None
         for spec in args.model:
             engine = make_engine(spec, **options[spec])
+            if jsonl is None:  # opened once the first model has loaded: a bad model spec writes nothing
+                out.parent.mkdir(parents=True, exist_ok=True)
+                jsonl = files.enter_context(out.open("w"))
+                csv_file = files.enter_context(csv_path.open("w", newline="")) if csv_path else None
+                writer = csv.DictWriter(csv_file, OUTPUT_FIELDS) if csv_file else None
+                if writer:
+                    writer.writeheader()
             for note in getattr(engine, "notes", []):
                 print(f"{spec}: {note}", file=sys.stderr)
             start = time.perf_counter()

@@ -218,7 +218,7 @@ def load_for_generation(model_spec: str, device: str | None, dtype: str):
             processor = None
             tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
             model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype(dtype, info))
-    except (OSError, UserError) as e:
+    except (OSError, ValueError, KeyError, UserError) as e:  # missing files, unreadable config, unknown model type
         raise UserError(f"cannot load model {model_spec!r} (from {source!r}): {e}") from None
     notes = [f"model: {source} ({model.dtype}, {info.kind})", ensure_pad_token(tokenizer)]
     if adapter_dir is not None:

@@ -32,9 +32,16 @@ def tensor_group(name: str) -> str:
 
 
 def read_header(path: Path) -> dict:
-    with path.open("rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(size))
+    try:
+        with path.open("rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            if size > path.stat().st_size:
+                raise ValueError(f"header length {size} exceeds the file")
+            header = json.loads(f.read(size))
+        if not isinstance(header, dict):
+            raise ValueError("header is not a JSON object")
+    except (struct.error, ValueError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: not a readable safetensors file ({e}); it may be truncated or another format") from None
     header.pop("__metadata__", None)
     return header
 

@@ -122,7 +122,7 @@ def load_model(model_cfg, device: DeviceInfo, *, trainable_adapter: bool = True,
         else:
             tokenizer = AutoTokenizer.from_pretrained(tok_source, trust_remote_code=model_cfg.trust_remote_code)
         model = (AutoModelForImageTextToText if vision else AutoModelForCausalLM).from_pretrained(source, **kwargs)
-    except OSError as e:
+    except (OSError, ValueError, KeyError) as e:  # missing files, unreadable config.json, unknown model type
         raise UserError(f"model.base_model_name: cannot load {model_cfg.base_model_name!r}: {e}") from None
 
     notes = [f"model: {source} ({dtype}, {device.kind})", ensure_pad_token(tokenizer), fit_embeddings(model, tokenizer)]

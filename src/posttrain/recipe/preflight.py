@@ -170,6 +170,9 @@ def preflight(recipe: Recipe) -> None:
                                 "bitsandbytes' packed 4/8-bit weights here; use stage 2, or drop model.load_in_4bit."))
     if getattr(training, "use_vllm", False):
         problems += [Problem("training.use_vllm", p + " Or set training.use_vllm=false (generation with transformers).") for p in vllm_problems()]
+    out = Path(recipe.training.output_dir).expanduser()
+    if out.exists() and not out.is_dir():
+        problems.append(Problem("training.output_dir", f"{str(out)!r} exists and is not a directory; choose another output_dir."))
 
     provider = recipe.tracking.provider
     if provider != "none" and importlib.util.find_spec(TRACKING_PACKAGES[provider]) is None:
