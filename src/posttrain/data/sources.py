@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from posttrain.errors import UserError
@@ -24,9 +25,21 @@ def load_split(spec, key: str):
     """One `datasets.Dataset` for a DatasetSpec; `key` names it in errors (data.datasets[0])."""
     import datasets
 
+    datasets.disable_progress_bars()
+    # A file datasets cannot parse makes it log its own error (with a traceback when logging fails);
+    # the UserError below says the same with the key, so its logger is quiet while we load.
+    logger = logging.getLogger("datasets")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        return _load(spec, key, datasets)
+    finally:
+        logger.setLevel(level)
+
+
+def _load(spec, key: str, datasets):
     from posttrain.storage.location import is_s3_uri
 
-    datasets.disable_progress_bars()
     try:
         if is_s3_uri(spec.name) or looks_local(spec.name):
             path = _local_copy(spec.name) if is_s3_uri(spec.name) else Path(spec.name).expanduser()
@@ -45,4 +58,5 @@ def load_split(spec, key: str):
     except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as e:
         raise UserError(f"{key}: cannot load {spec.name!r} (split {spec.split!r}): {e}") from None
     except Exception as e:  # malformed JSON/CSV/parquet: pyarrow and datasets raise many kinds
-        raise UserError(f"{key}: cannot read {spec.name!r}: {type(e).__name__}: {e}") from None
+        cause = e.__cause__ or e.__context__ or e  # DatasetGenerationError wraps the parser's own message
+        raise UserError(f"{key}: cannot read {spec.name!r}: {type(cause).__name__}: {cause}") from None

@@ -50,7 +50,21 @@ def load_run(path: Path) -> RunMetrics:
     metrics = path / "metrics.jsonl"
     if not metrics.is_file():
         raise UserError(f"{path} is not a posttrain run directory: it has no metrics.jsonl")
-    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    records, torn = [], 0
+    for line in metrics.read_text().splitlines():
+        try:
+            record = json.loads(line) if line.strip() else None
+        except ValueError:  # a line cut off when the run was killed mid-write
+            torn += 1
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    if torn:
+        import sys
+
+        print(f"note: {metrics}: skipped {torn} unreadable line(s) (a write cut off when the run was killed)", file=sys.stderr)
+    if not records:
+        raise UserError(f"{metrics} holds no readable records")
     records = [r for r in records if "train_runtime" not in r]  # the final summary record
     config = path / "trl_config.json"
     trl = json.loads(config.read_text()) if config.is_file() else {}
