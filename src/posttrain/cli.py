@@ -66,6 +66,25 @@ def _planned_world_size(opts):
         del os.environ["WORLD_SIZE"]
 
 
+def load_with_file_checks(load_recipe, recipe_path, overrides, machine: bool = True):
+    """Load the recipe; when the schema fails, add the file checks that need no valid recipe (a data
+    file or model folder that does not exist), so one run lists both instead of two rounds."""
+    from posttrain.recipe.errors import RecipeError
+    from posttrain.recipe.preflight import preflight_raw
+
+    try:
+        return load_recipe(recipe_path, overrides)
+    except RecipeError as e:
+        raw = getattr(e, "raw", None)
+        if not machine or raw is None:
+            raise
+        seen = {p.path for p in e.problems}
+        extra = [p for p in preflight_raw(raw) if p.path not in seen]
+        if not extra:
+            raise
+        raise RecipeError(e.problems + extra) from None
+
+
 def cmd_validate(args) -> int:
     from posttrain.distributed.launch import options_from_args
     from posttrain.recipe.load import format_differences, load_recipe, resolved_dict, to_yaml
@@ -75,7 +94,7 @@ def cmd_validate(args) -> int:
     if _is_task_recipe(recipe_path):
         return _validate_task_recipe(recipe_path, overrides)
     with _planned_world_size(options_from_args(args)):
-        loaded = load_recipe(recipe_path, overrides)
+        loaded = load_with_file_checks(load_recipe, recipe_path, overrides, machine=not args.schema_only)
     if not args.schema_only:
         preflight(loaded.recipe)
     print(f"# {recipe_path}: valid ({loaded.recipe.training.algorithm})")
@@ -112,7 +131,7 @@ def cmd_train(args) -> int:
     recipe_path, overrides = _split_recipe_args(args)
     opts = options_from_args(args)
     with _planned_world_size(opts):  # every recipe error once, here, not once per process
-        loaded = load_recipe(recipe_path, overrides)
+        loaded = load_with_file_checks(load_recipe, recipe_path, overrides)
     preflight(loaded.recipe)
     if opts.launches:
         child = ["train", "--recipe", recipe_path, *overrides]

@@ -48,3 +48,19 @@ def test_bf16_without_a_bf16_gpu_is_caught_by_validate(repo, monkeypatch, capsys
     assert "training.bf16: bf16 needs a CUDA GPU" in capsys.readouterr().err
     assert main(["validate", "recipes/sft/tiny-cpu.yaml", "training.bf16=true", "training.use_cpu=true"]) == 0
     assert main(["validate", "--schema-only", "recipes/sft/tiny-cpu.yaml", "training.bf16=true"]) == 0  # for another machine
+
+
+def test_schema_and_file_problems_in_one_pass(repo, monkeypatch, capsys):
+    """The shipped GSPO recipe pointed at a missing file with a bad batch: before, the schema error came
+    first and the missing data file and model folder only in a second run."""
+    monkeypatch.chdir(repo)
+    code = main(["validate", "recipes/gspo/qwen2.5-3b-openmath-lora.yaml", "data.datasets[0].name=missing.jsonl",
+                 "training.per_device_train_batch_size=0", "model.base_model_name=./no-model/"])
+    err = capsys.readouterr().err
+    assert code == 2 and "4 problems" in err
+    for key in ("training.per_device_train_batch_size", "model.base_model_name", "data.datasets[0].name", "data.datasets[0].split"):
+        assert key in err, err
+    # --schema-only leaves the machine out, also when the schema fails
+    assert main(["validate", "--schema-only", "recipes/gspo/qwen2.5-3b-openmath-lora.yaml", "data.datasets[0].name=missing.jsonl",
+                 "training.per_device_train_batch_size=0"]) == 2
+    assert "missing.jsonl" not in capsys.readouterr().err

@@ -90,7 +90,9 @@ def load_recipe(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         if signs:  # one message instead of one unknown key per line
             raise RecipeError(Problem("", fairl_message(source, signs))) from None
         loaded = LoadedRecipe(None, source, overridden, defaulted)  # type: ignore[arg-type]
-        raise RecipeError(_problems(e, raw, loaded)) from None
+        error = RecipeError(_problems(e, raw, loaded))
+        error.raw = raw  # for checks that can still run on it (preflight_raw)
+        raise error from None
     return LoadedRecipe(recipe, source, overridden, defaulted)
 
 

@@ -112,20 +112,61 @@ def vllm_problems() -> list[str]:
     return problems
 
 
-def preflight(recipe: Recipe) -> None:
-    problems: list[Problem] = precision_problems(recipe.training)
-    model = recipe.model
-    name = model.base_model_name
+def model_name_problems(name: str) -> list[Problem]:
     if name.startswith("tiny:") or name == "tiny":
         from posttrain.models.tiny import parse_tiny_spec
 
         try:
             parse_tiny_spec(name)
         except ValueError as e:
-            problems.append(Problem("model.base_model_name", str(e)))
+            return [Problem("model.base_model_name", str(e))]
     elif looks_local(name) and not Path(name).expanduser().is_dir():
-        problems.append(Problem("model.base_model_name", f"{name!r} looks like a local path but is not a directory; give a model or adapter directory, or a hub id."))
-    elif looks_local(name):
+        return [Problem("model.base_model_name", f"{name!r} looks like a local path but is not a directory; give a model or adapter directory, or a hub id.")]
+    return []
+
+
+def data_file_problems(key: str, ds) -> list[Problem]:
+    """A dataset entry's local file: present, a known format, a split and subset a file can have."""
+    from posttrain.data.splits import local_file_problems
+
+    problems = []
+    if looks_local(ds.name) and not Path(ds.name).expanduser().is_file():
+        problems.append(Problem(f"{key}.name", f"data file {ds.name!r} does not exist (relative paths are from {os.getcwd()})."))
+    elif looks_local(ds.name) and not ds.name.endswith(DATA_SUFFIXES):
+        problems.append(Problem(f"{key}.name", f"{ds.name!r}: local data must be one of {', '.join(DATA_SUFFIXES)}."))
+    if looks_local(ds.name) or (ds.name.startswith("s3://") and ds.name.endswith(DATA_SUFFIXES)):
+        problems += [Problem(f"{key}.{field}", message) for field, message in local_file_problems(ds)]
+    return problems
+
+
+def preflight_raw(raw: dict) -> list[Problem]:
+    """The file checks that do not need a valid recipe, run on the raw mapping when the schema failed,
+    so a missing data file is reported together with the schema's problems instead of in a second round."""
+    from types import SimpleNamespace
+
+    problems = []
+    model = raw.get("model")
+    if isinstance(model, dict) and isinstance(model.get("base_model_name"), str) and model["base_model_name"]:
+        problems += model_name_problems(model["base_model_name"])
+    data = raw.get("data")
+    for section in ("datasets", "eval_datasets"):
+        entries = data.get(section) if isinstance(data, dict) else None
+        for i, entry in enumerate(entries if isinstance(entries, list) else []):
+            if not (isinstance(entry, dict) and isinstance(entry.get("name"), str) and entry["name"]):
+                continue
+            split, subset = entry.get("split", "train"), entry.get("subset")
+            if isinstance(split, str) and (subset is None or isinstance(subset, str)):
+                problems += data_file_problems(f"data.{section}[{i}]", SimpleNamespace(name=entry["name"], split=split, subset=subset))
+    return problems
+
+
+def preflight(recipe: Recipe) -> None:
+    problems: list[Problem] = precision_problems(recipe.training)
+    model = recipe.model
+    name = model.base_model_name
+    name_problems = model_name_problems(name)
+    problems += name_problems
+    if not name_problems and looks_local(name):
         problems += adapter_problems(model, Path(name).expanduser())
     if model.load_in_4bit or model.load_in_8bit:
         key = "model.load_in_4bit" if model.load_in_4bit else "model.load_in_8bit"
@@ -144,17 +185,9 @@ def preflight(recipe: Recipe) -> None:
             except ValueError as e:
                 problems.append(Problem(key, str(e)))
 
-    from posttrain.data.splits import local_file_problems
-
     for section in ("datasets", "eval_datasets"):
         for i, ds in enumerate(getattr(recipe.data, section)):
-            key = f"data.{section}[{i}]"
-            if looks_local(ds.name) and not Path(ds.name).expanduser().is_file():
-                problems.append(Problem(f"{key}.name", f"data file {ds.name!r} does not exist (relative paths are from {os.getcwd()})."))
-            elif looks_local(ds.name) and not ds.name.endswith(DATA_SUFFIXES):
-                problems.append(Problem(f"{key}.name", f"{ds.name!r}: local data must be one of {', '.join(DATA_SUFFIXES)}."))
-            if looks_local(ds.name) or (ds.name.startswith("s3://") and ds.name.endswith(DATA_SUFFIXES)):
-                problems += [Problem(f"{key}.{field}", message) for field, message in local_file_problems(ds)]
+            problems += data_file_problems(f"data.{section}[{i}]", ds)
 
     from posttrain.storage.preflight import s3_problems
 
