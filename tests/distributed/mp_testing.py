@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 
 # One thread per process: the machines that run the suite have 2 cores, and 2 ranks share them.
