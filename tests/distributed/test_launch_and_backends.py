@@ -183,3 +183,13 @@ def test_vllm_serve_hands_the_settings_to_trls_server_command():
     assert "-m vllm.entrypoints.cli.main serve " in line and "/tiny/qwen2-1m" in line  # tiny: resolved to its directory
     for part in ("--tensor-parallel-size 2", "--gpu-memory-utilization 0.4", "--port 8123", "--logprobs-mode processed_logprobs", "--enforce-eager"):
         assert part in line
+
+
+def test_validate_with_launch_flags_and_a_backend_imports_no_torch(repo):
+    import subprocess
+
+    code = ("import sys, io, contextlib; from posttrain.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()): rc = main(['validate', 'recipes/sft/tiny-cpu.yaml', 'training.distributed=zero3', '--nproc', '2'])\n"
+            "print(rc, [m for m in ('torch', 'transformers', 'trl', 'deepspeed') if m in sys.modules])")
+    result = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "0 []", result.stdout + result.stderr[-2000:]
