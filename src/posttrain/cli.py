@@ -225,6 +225,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from posttrain.log import configure_logging
     from posttrain.recipe.errors import RecipeError
 
     parser = build_parser()
@@ -234,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
 
         args._explicit = explicit_destinations(parser, list(sys.argv[1:] if argv is None else argv))
     try:
+        configure_logging()  # storage / net / data records reach the user (posttrain.log)
         return args.func(args)
     except (RecipeError, UserError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -67,3 +67,24 @@ def test_stray_flag_or_override_where_none_is_taken(capsys):
     with pytest.raises(SystemExit) as e:
         main(["inspect", "somewhere", "a=1"])
     assert e.value.code == 2 and "a=1" in capsys.readouterr().err
+
+
+def test_posttrain_log_records_reach_stderr_concisely_at_the_chosen_level(capsys, monkeypatch):
+    import logging
+
+    from posttrain.cli import main
+    from posttrain.log import configure_logging
+
+    configure_logging()
+    logging.getLogger("posttrain.storage").info("uploaded %d files", 3)
+    logging.getLogger("posttrain.net").warning("retry %d of %d", 1, 3)
+    logging.getLogger("posttrain.storage").debug("not shown at INFO")
+    assert capsys.readouterr().err == "[storage] uploaded 3 files\n[net] warning: retry 1 of 3\n"
+    configure_logging("WARNING")
+    logging.getLogger("posttrain.storage").info("hidden")
+    assert capsys.readouterr().err == ""
+    assert len(logging.getLogger("posttrain").handlers) == 1  # configuring twice adds no second handler
+    configure_logging()
+    monkeypatch.setenv("POSTTRAIN_LOG_LEVEL", "LOUD")
+    assert main(["validate", str(REPO / "recipes/sft/tiny-cpu.yaml"), "--schema-only"]) == 2
+    assert "POSTTRAIN_LOG_LEVEL=LOUD: expected one of DEBUG, INFO, WARNING, ERROR" in capsys.readouterr().err

@@ -26,6 +26,8 @@ def test_generate_and_eval_accept_an_s3_model(moto_server, s3, bucket, tiny_dir,
     assert [r["model"] for r in rows] == [uri] * 2 + [str(tiny_dir)] * 2
     assert [r["completion"] for r in rows[:2]] == [r["completion"] for r in rows[2:]]  # the same weights
     assert cache_entry(uri).is_dir()  # the cache training uses
+    # storage's INFO record says where the model went (it was dropped before logging was configured)
+    assert f"[storage] downloaded {uri} to {cache_entry(uri)}" in capsys.readouterr().err
 
     s3.delete_object(Bucket=bucket, Key="models/tiny/config.json")  # from now on only the cached copy works
     argv = ["eval", "--model", uri, "--task", "arithmetic", "--n", "2", "--max-new-tokens", "3", "--no-progress",

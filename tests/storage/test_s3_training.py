@@ -44,6 +44,7 @@ def test_s3_model_and_data_sources_download_once(cli, moto_server, s3, bucket, t
     first = cli(*args, f"training.output_dir={tmp_path / 'a'}")
     assert first.returncode == 0, first.stderr[-3000:]
     assert "kept 64 of 64 rows" in first.stdout
+    assert f"[storage] downloaded s3://{bucket}/models/tiny to " in first.stderr  # the cache path reaches the user
     s3.delete_object(Bucket=bucket, Key="data/train.jsonl")  # a second run must not need the server's copy
     second = cli(*args, f"training.output_dir={tmp_path / 'b'}")
     assert second.returncode == 0, second.stderr[-3000:]
