@@ -120,7 +120,7 @@ def _sha(path: Path) -> str:
 def build_data(out: Path, scale: Scale, tag_share: float) -> dict:
     """Write the training splits and the held-out record; return the manifest (also data/manifest.json)."""
     from posttrain.data.synthetic import problems
-    from posttrain.evaluation.prompts import MATH_SYSTEM_PROMPT
+    from posttrain.data.task_prompts import MATH_SYSTEM_PROMPT
     from posttrain.evaluation.tasks import load_task
 
     out.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ from transformers import AutoTokenizer
 from posttrain.data.prompts import enforce_prompt_length, prompt_token_count, read_prompt_data
 from posttrain.data.templates import build_prompt
 from posttrain.errors import UserError
-from posttrain.evaluation.prompts import MATH_SYSTEM_PROMPT
+from posttrain.data.task_prompts import MATH_SYSTEM_PROMPT
 from posttrain.recipe.schema import DataSection
 
 

@@ -199,7 +199,7 @@ def test_model_identity_follows_the_weight_files_and_the_adapters_base(adapters,
 @pytest.mark.parametrize("argv,message", [
     (["compare", "--arm", "a=tiny:qwen2-1m", "--task", "gsm8", "--n", "2"], "--task gsm8: unknown task. Did you mean 'gsm8k'?"),
     (["compare", "--arm", "tiny:qwen2-1m", "--task", "arithmetic"], "expected NAME=SPEC"),
-    (["compare", "--arm", "a=tiny:qwen2-1m", "--task", "gsm8k", "--data", "/no/such/test.jsonl"], "--data /no/such/test.jsonl: no such file"),
+    (["compare", "--arm", "a=tiny:qwen2-1m", "--task", "gsm8k", "--data", "/no/such/test.jsonl"], "--data: data file '/no/such/test.jsonl' does not exist"),
     (["eval", "--model", "./no/such/model", "--task", "arithmetic"], "--model: ./no/such/model does not exist"),
     (["eval", "--model", "tiny:qwen2-1m", "--task", "arithmetic", "--alpha", "5"], "--alpha 5.0: must be between 0 and 1"),
 ])

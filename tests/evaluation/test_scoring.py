@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from posttrain.evaluation.prompts import choice_prompt, math_prompt
+from posttrain.data.task_prompts import choice_prompt, math_prompt
 from posttrain.evaluation.scoring import choice_loose, choice_strict, score_completion
 from posttrain.generation.base import Completion
 from posttrain.rewards.builtin import answer_match

@@ -9,7 +9,7 @@ import pytest
 
 from posttrain.data.synthetic import is_held_out, problems
 from posttrain.errors import UserError
-from posttrain.evaluation.prompts import CHOICE_SYSTEM_PROMPT, MATH_SYSTEM_PROMPT, math_prompt
+from posttrain.data.task_prompts import CHOICE_SYSTEM_PROMPT, MATH_SYSTEM_PROMPT, math_prompt
 from posttrain.evaluation.tasks import get_task, load_task, select_items
 
 
@@ -52,10 +52,10 @@ def test_gsm8k_file_errors_name_the_row_and_column(tmp_path):
     bad_gold = GSM8K_ROWS[:1] + [{"question": "q", "answer": "#### three"}]
     with pytest.raises(UserError, match=r"row 1: answer '#### three' does not end in a single number"):
         load_task("gsm8k", data=write_jsonl(tmp_path / "b.jsonl", bad_gold))
-    with pytest.raises(UserError, match=r"--data .*missing.jsonl: no such file"):
+    with pytest.raises(UserError, match=r"--data: data file '.*missing.jsonl' does not exist"):
         load_task("gsm8k", data=str(tmp_path / "missing.jsonl"))
     (tmp_path / "broken.jsonl").write_text('{"question": "q", "answer": "1"}\n{not json\n')
-    with pytest.raises(UserError, match="cannot read it as jsonl"):
+    with pytest.raises(UserError, match=r"--data: cannot read '.*broken.jsonl': line 2 is not valid JSON"):
         load_task("gsm8k", data=str(tmp_path / "broken.jsonl"))
 
 

@@ -12,7 +12,8 @@ from posttrain.models.loading import DeviceInfo
 from posttrain.recipe.errors import RecipeError
 from posttrain.recipe.load import load_recipe
 from posttrain.recipe.migrations import MIGRATIONS
-from posttrain.recipe.schema import CONFIG_NAMES, OWNED_ELSEWHERE, TRAINING_MODELS, TrainingBase
+from posttrain.recipe.schema import OWNED_ELSEWHERE, TRAINING_MODELS, TrainingBase
+from posttrain.recipe.trl_fields import CONFIG_CLASSES
 from posttrain.recipe.trl_fields import load_snapshot, snapshot_from_installed, trl_fields
 
 CPU = DeviceInfo("cpu", bf16=False)
@@ -95,7 +96,7 @@ def test_every_trl_field_reaches_the_config(algorithm, monkeypatch):
     loaded = load_recipe(None, raw=raw)
     # TRL's __post_init__ checks combinations (fp16 needs a GPU, ...) that these values break on
     # purpose; skip it so the test sees exactly what the constructor received.
-    config_cls = getattr(trl, CONFIG_NAMES[family])
+    config_cls = getattr(trl, CONFIG_CLASSES[family])
     monkeypatch.setattr(config_cls, "__post_init__", lambda self: None)
     config = build_trl_config(loaded.recipe, CPU, data_format="prompt_completion")
     arrived = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}

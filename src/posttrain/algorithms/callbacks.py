@@ -8,6 +8,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from posttrain.checkpoints import checkpoint_name
+
 
 class MetricsFile(TrainerCallback):
     """Append every log record to output_dir/metrics.jsonl as it happens (survives a crash)."""
@@ -33,7 +35,7 @@ class RecipeInCheckpoints(TrainerCallback):
         self.output_dir, self.text = output_dir, text
 
     def on_save(self, args, state, control, **kwargs):
-        folder = self.output_dir / f"checkpoint-{state.global_step}"
+        folder = self.output_dir / checkpoint_name(state.global_step)
         if state.is_world_process_zero and folder.is_dir():
             from .recipe_history import RECIPE_IN_CHECKPOINT
 

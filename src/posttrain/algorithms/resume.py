@@ -8,8 +8,9 @@ weights are missing, was cut off mid-write (a SIGKILL, a full disk) and is skipp
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
+
+from posttrain.checkpoints import checkpoint_dirs
 
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")
 
@@ -32,9 +33,8 @@ def newest_complete_checkpoint(output_dir: Path) -> tuple[Path | None, list[str]
     """(the newest complete checkpoint or None, notes on the incomplete ones skipped)."""
     if not output_dir.is_dir():
         return None, []
-    folders = [p for p in output_dir.iterdir() if p.is_dir() and re.fullmatch(r"checkpoint-\d+", p.name)]
     notes = []
-    for folder in sorted(folders, key=lambda p: int(p.name.split("-")[1]), reverse=True):
+    for _, folder in reversed(checkpoint_dirs(output_dir)):
         problem = checkpoint_problem(folder)
         if problem is None:
             return folder, notes

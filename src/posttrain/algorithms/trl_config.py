@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from posttrain.recipe.schema import CONFIG_NAMES, Recipe
+from posttrain.recipe.schema import Recipe
+from posttrain.recipe.trl_fields import CONFIG_CLASSES
 
 
 def runtime_defaults(recipe: Recipe, device, data_format: str | None) -> dict[str, tuple[object, str]]:
@@ -47,5 +48,5 @@ def config_kwargs(recipe: Recipe, device, data_format: str | None) -> dict:
 def build_trl_config(recipe: Recipe, device, data_format: str | None):
     import trl
 
-    cls = getattr(trl, CONFIG_NAMES[type(recipe.training)._family])
+    cls = getattr(trl, CONFIG_CLASSES[type(recipe.training)._family])
     return cls(**config_kwargs(recipe, device, data_format))

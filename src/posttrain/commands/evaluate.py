@@ -24,12 +24,12 @@ import re
 import sys
 from pathlib import Path
 
+from posttrain.checkpoints import checkpoint_dirs
 from posttrain.commands.engine_flags import add_engine_arguments, endpoint, engine_options_per_model
 from posttrain.commands.task_recipe import add_recipe_arguments, apply_recipe
 from posttrain.errors import UserError
 
 ARM_NAME = re.compile(r"[A-Za-z0-9_.-]+")
-CHECKPOINT_DIR = re.compile(r"checkpoint-(\d+)")
 BASE_ARM = "base"
 
 EPILOG = """\
@@ -165,7 +165,7 @@ def _final_step(run_dir: Path) -> int | str:
 def expand_arm(name: str, spec: str) -> tuple[list[dict], list[dict] | None]:
     """Arms for one --arm, and the steps-table rows when ``spec`` is a run directory."""
     path = Path(spec).expanduser()
-    found = sorted((int(m[1]), d) for d in path.glob("checkpoint-*") if d.is_dir() and (m := CHECKPOINT_DIR.fullmatch(d.name))) if path.is_dir() else []
+    found = checkpoint_dirs(path)
     if not found:
         return [{"name": name, "spec": spec}], None
     arms = [{"name": f"{name}@step-{step}", "spec": str(d)} for step, d in found]

@@ -79,9 +79,8 @@ def run(args) -> int:
     from pathlib import Path
 
     from posttrain.errors import UserError
-    from posttrain.generation.base import SamplingParams
+    from posttrain.generation.base import SamplingParams, check_params
     from posttrain.generation.engines import engine_kind, make_engine
-    from posttrain.generation.local import check_params
 
     apply_recipe(args, "inference", "generate", {"model": "--model"}, exclusive=("prompts", "dataset"))
     if args.prompts is None and args.dataset is None:
@@ -207,13 +206,10 @@ def read_jsonl(path) -> list[dict]:
 
 
 def dataset_rows(args) -> list[dict]:
-    from types import SimpleNamespace
+    from posttrain.data.sources import read_rows
 
-    from posttrain.data.sources import load_split
-
-    spec = SimpleNamespace(name=args.dataset, subset=args.subset, split=args.split or "train")
-    data = load_split(spec, "--dataset")
-    return data.select(range(min(args.n, len(data)))).to_list() if args.n else data.to_list()
+    rows = read_rows(args.dataset, "--dataset", subset=args.subset, split=args.split or "train")
+    return rows[: args.n] if args.n else rows
 
 
 def column_values(rows: list[dict], column: str | None, where: str) -> list:

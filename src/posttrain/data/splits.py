@@ -8,7 +8,9 @@ A local .jsonl/.json/.csv/.parquet file is one split, which `datasets` calls "tr
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 _TRAIN = re.compile(r"^train(\[.*\])?$")
 
 
@@ -21,3 +23,10 @@ def local_file_problems(spec) -> list[tuple[str, str]]:
     if spec.subset is not None:
         out.append(("subset", f"{spec.subset!r}: a local file has no subsets (that is a hub dataset's configuration); remove it."))
     return out
+
+
+def looks_local(name: str) -> bool:
+    """A data or model name that refers to the local disk rather than a hub id or s3:// URI."""
+    if name.startswith("s3://"):
+        return False
+    return name.startswith((".", "/", "~")) or name.endswith(DATA_SUFFIXES) or Path(name).expanduser().exists()

@@ -1,6 +1,6 @@
 """Dataset templates for prompt-based training (GRPO/GSPO): columns, gold answers, system prompts.
 
-The math system prompt is the one evaluation sends (`posttrain.evaluation.prompts`), so the format
+The math system prompt is the one evaluation sends (`posttrain.data.task_prompts`), so the format
 a model is rewarded for in training is the format it is scored on. Standard library only: the
 recipe schema reads TEMPLATE_COLUMNS at validation time.
 """
@@ -22,7 +22,7 @@ FEW_SHOT_EXAMPLE = [
 
 
 def math_system_prompt() -> str:
-    from posttrain.evaluation.prompts import MATH_SYSTEM_PROMPT
+    from posttrain.data.task_prompts import MATH_SYSTEM_PROMPT
 
     return MATH_SYSTEM_PROMPT
 

@@ -17,26 +17,25 @@ Every item is a plain dict (JSON-ready, written into samples.jsonl):
 
 ``n`` takes the first N items after a shuffle seeded by ``seed``: every arm of a comparison gets
 the identical items, and a smaller N is always a subset of a larger one with the same seed.
-Local files are .jsonl, .json (a list of objects), .csv or .parquet.
+Local files are .jsonl, .json (a list of objects), .csv or .parquet (or s3:// ones), read by the one
+data reader training uses (posttrain.data.sources).
 """
 
 from __future__ import annotations
 
-import csv
 import difflib
 import json
 import random
 import string
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
+from posttrain.data.task_prompts import choice_prompt, math_prompt
 from posttrain.errors import UserError
-from posttrain.evaluation.prompts import choice_prompt, math_prompt
 from posttrain.rewards.answers import extract_gsm8k_gold, parse_number
 
-__all__ = ["ARITHMETIC_SEED", "TASKS", "Task", "TaskOptions", "get_task", "load_task", "read_rows", "select_items"]
+__all__ = ["ARITHMETIC_SEED", "TASKS", "Task", "TaskOptions", "get_task", "load_task", "select_items"]
 
 # The arithmetic task draws only questions that posttrain.data.synthetic reserves for evaluation
 # (a fixed hash-chosen share of the problem space that its training problems never contain), so it
@@ -45,7 +44,6 @@ __all__ = ["ARITHMETIC_SEED", "TASKS", "Task", "TaskOptions", "get_task", "load_
 ARITHMETIC_SEED = 1234
 ARITHMETIC_DEFAULT_N = 500
 
-FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
 
 @dataclass(frozen=True)
@@ -72,49 +70,19 @@ class Task:
 # reading local files
 
 
-def read_rows(path: str, flag: str = "--data") -> list[dict]:
-    """All rows of a local .jsonl/.json/.csv/.parquet file as dicts; UserError naming the file otherwise."""
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise UserError(f"{flag} {path}: no such file. Give the path of a {'/'.join(FILE_SUFFIXES)} file.")
-    suffix = file.suffix.lower()
-    if suffix not in FILE_SUFFIXES:
-        raise UserError(f"{flag} {path}: unsupported file type {suffix or '(none)'!r}; use one of {', '.join(FILE_SUFFIXES)}")
+def _rows(task: str, data: str | None, hub: tuple[str, str, str] | None = None) -> list[dict]:
+    """The task's rows from --data, else from its hub dataset (name, subset, split), through the
+    one data reader (posttrain.data.sources)."""
+    from posttrain.data.sources import read_rows
+
+    if data is not None:
+        return read_rows(data, "--data")
+    name, subset, split = hub
     try:
-        if suffix == ".jsonl":
-            rows = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
-        elif suffix == ".json":
-            rows = json.loads(file.read_text(encoding="utf-8"))
-        elif suffix == ".csv":
-            with file.open(newline="", encoding="utf-8") as f:
-                rows = list(csv.DictReader(f))
-        else:
-            import pyarrow.parquet
-
-            rows = pyarrow.parquet.read_table(file).to_pylist()
-    except (ValueError, OSError, UnicodeDecodeError) as e:  # json, csv and pyarrow errors are ValueErrors
-        raise UserError(f"{flag} {path}: cannot read it as {suffix[1:]}: {e}") from None
-    except Exception as e:  # pyarrow raises its own error types for corrupt parquet
-        raise UserError(f"{flag} {path}: cannot read it as {suffix[1:]}: {type(e).__name__}: {e}") from None
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise UserError(f"{flag} {path}: expected one object (row) per record, e.g. {{\"question\": ..., \"answer\": ...}}")
-    if not rows:
-        raise UserError(f"{flag} {path}: the file holds no rows")
-    return rows
-
-
-def _hub_rows(task: str, name: str, subset: str, split: str) -> list[dict]:
-    try:
-        import datasets
-
-        datasets.disable_progress_bars()
-        return datasets.load_dataset(name, subset, split=split).to_list()
-    except Exception as e:  # offline, unknown dataset, auth: datasets raises many kinds
-        raise UserError(
-            f"--task {task}: cannot load {name} (subset {subset}, split {split}) from the hub: "
-            f"{type(e).__name__}: {e}. Offline? Pass a local copy with --data FILE, "
-            "or use --task arithmetic, which needs no hub."
-        ) from None
+        return read_rows(name, f"--task {task}", subset=subset, split=split)
+    except UserError as e:
+        raise UserError(f"{e}. Offline? Pass a local copy with --data FILE, or use --task arithmetic, which needs "
+                        "no hub.") from None
 
 
 def _field(row: dict, column: str, index: int, source: str, hint: str = "") -> Any:
@@ -146,7 +114,7 @@ def _number_gold(value: Any, index: int, source: str, column: str) -> str:
 
 def _gsm8k(opts: TaskOptions) -> list[dict]:
     source = f"--data {opts.data}" if opts.data else "openai/gsm8k"
-    rows = read_rows(opts.data) if opts.data else _hub_rows("gsm8k", "openai/gsm8k", "main", "test")
+    rows = _rows("gsm8k", opts.data, ("openai/gsm8k", "main", "test"))
     items = []
     for i, row in enumerate(rows):
         question = str(_field(row, "question", i, source))
@@ -183,7 +151,7 @@ def _choices(value: Any, where: str) -> list[str]:
 
 def _mmlu(opts: TaskOptions) -> list[dict]:
     source = f"--data {opts.data}" if opts.data else "cais/mmlu"
-    rows = read_rows(opts.data) if opts.data else _hub_rows("mmlu", "cais/mmlu", "all", "test")
+    rows = _rows("mmlu", opts.data, ("cais/mmlu", "all", "test"))
     items = []
     for i, row in enumerate(rows):
         question = str(_field(row, "question", i, source))
@@ -217,7 +185,7 @@ def _custom(opts: TaskOptions) -> list[dict]:
     if not opts.data:
         raise UserError("--task custom needs --data FILE (.jsonl/.json/.csv/.parquet) with a prompt and an answer column")
     source = f"--data {opts.data}"
-    rows = read_rows(opts.data)
+    rows = _rows("custom", opts.data)
     items = []
     for i, row in enumerate(rows):
         prompt = _field(row, opts.prompt_column, i, source, " Name the column with --prompt-column.")

@@ -39,8 +39,7 @@ import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 from posttrain.errors import UserError
-from posttrain.generation.base import Completion, Prompt, SamplingParams
-from posttrain.generation.local import check_params
+from posttrain.generation.base import Completion, Prompt, SamplingParams, check_params
 from posttrain.net.http import HTTPStatusError, TransportError, is_retryable, retry_after_of, send
 from posttrain.net.retry import RetryPolicy, call_with_retries, parse_retry_after  # noqa: F401  (parse_retry_after: re-exported)
 

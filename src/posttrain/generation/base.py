@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Protocol, Union
 
+from posttrain.errors import UserError
+
 Prompt = Union[str, list[dict]]
 
 
@@ -71,3 +73,13 @@ def with_loaded_images(prompt: Prompt) -> Prompt:
             m = {**m, "content": parts}
         out.append(m)
     return out
+
+
+def check_params(params: SamplingParams) -> None:
+    """Reject sampling values no engine can honour, naming the value and the valid range."""
+    if params.max_new_tokens < 1:
+        raise UserError(f"max_new_tokens must be at least 1, got {params.max_new_tokens}")
+    if params.temperature < 0:
+        raise UserError(f"temperature must be >= 0 (0 = greedy), got {params.temperature}")
+    if not 0 < params.top_p <= 1:
+        raise UserError(f"top_p must be in (0, 1], got {params.top_p}")

@@ -35,7 +35,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from posttrain.errors import UserError
-from posttrain.generation.base import Completion, Prompt, SamplingParams, has_images
+from posttrain.generation.base import Completion, Prompt, SamplingParams, check_params, has_images
 from posttrain.models.checkpoint_report import read_header, tensor_group
 from posttrain.models.loading import DeviceInfo, adapter_base, resolve_source, torch_dtype
 from posttrain.models.tokenizer_rules import ensure_pad_token
@@ -160,16 +160,6 @@ class TransformersEngine:
             completion_tokens=len(new_ids) if stop is None else stop + 1,
             finish_reason="length" if stop is None else "stop",
         )
-
-
-def check_params(params: SamplingParams) -> None:
-    """Reject sampling values no engine can honour, naming the value and the valid range."""
-    if params.max_new_tokens < 1:
-        raise UserError(f"max_new_tokens must be at least 1, got {params.max_new_tokens}")
-    if params.temperature < 0:
-        raise UserError(f"temperature must be >= 0 (0 = greedy), got {params.temperature}")
-    if not 0 < params.top_p <= 1:
-        raise UserError(f"top_p must be in (0, 1], got {params.top_p}")
 
 
 def encode_prompt(tokenizer, prompt: Prompt, use_chat_template: bool) -> list[int]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from posttrain.errors import UserError
-from posttrain.generation.base import Completion, Prompt, SamplingParams
-from posttrain.generation.local import adapter_vocab_rows, check_params, encode_prompt
+from posttrain.generation.base import Completion, Prompt, SamplingParams, check_params
+from posttrain.generation.local import adapter_vocab_rows, encode_prompt
 from posttrain.models.loading import adapter_base, resolve_source
 
 

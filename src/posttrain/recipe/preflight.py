@@ -13,18 +13,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from posttrain.data.splits import DATA_SUFFIXES, looks_local
+
 from .errors import Problem, RecipeError
 from .schema import Recipe
 
-DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 TRACKING_PACKAGES = {"wandb": "wandb", "tensorboard": "tensorboard", "mlflow": "mlflow", "trackio": "trackio"}
-
-
-def looks_local(name: str) -> bool:
-    """A data or model name that refers to the local disk rather than a hub id or s3:// URI."""
-    if name.startswith("s3://"):
-        return False
-    return name.startswith((".", "/", "~")) or name.endswith(DATA_SUFFIXES) or Path(name).expanduser().exists()
 
 
 def has_cuda() -> bool:

@@ -19,7 +19,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from posttrain.monitoring.health import ALL_RUN_FLAGS, FLAGS
 
 from .ranges import range_for
-from .trl_fields import trl_fields
+from .trl_fields import CONFIG_CLASSES, trl_fields
 
 
 class Problems(ValueError):
@@ -436,11 +436,8 @@ def _training_model(algorithm: str, family: str, base: type[TrainingBase] = Trai
         fields[name] = (_annotation(spec, range_for(family, name, spec)), Field(None, description=spec["help"] or None))
     model = create_model(f"{algorithm.upper()}Training", __base__=base, **fields)
     model._family = family
-    model.__doc__ = f"training section for algorithm={algorithm} (TRL {CONFIG_NAMES[family]})"
+    model.__doc__ = f"training section for algorithm={algorithm} (TRL {CONFIG_CLASSES[family]})"
     return model
-
-
-CONFIG_NAMES = {"sft": "SFTConfig", "dpo": "DPOConfig", "grpo": "GRPOConfig"}
 
 
 class RewardSpec(BaseModel):

@@ -30,6 +30,9 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from posttrain.checkpoints import GLOB as CHECKPOINT_GLOB
+from posttrain.checkpoints import checkpoint_name
+
 from .background import STAGING_DIR, BackgroundUploader
 from .location import S3Location
 from .s3 import UploadReport, human_bytes
@@ -69,7 +72,7 @@ class S3CheckpointUploader(TrainerCallback):
         _wait_for_all_ranks()  # other ranks write their rng_state_<rank>.pth into the folder too
         if not state.is_world_process_zero:
             return
-        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        folder = Path(args.output_dir) / checkpoint_name(state.global_step)
         if not folder.is_dir():
             log.warning("s3 upload: %s was not found after on_save; nothing uploaded for step %d",
                         folder, state.global_step)
@@ -110,7 +113,7 @@ def upload_final(uploader: BackgroundUploader, output_dir: str | Path, dest: S3L
     prefixes. Raises `UploadError` if any upload of the run failed (with the local paths kept).
     """
     dest = S3Location.parse(dest) if isinstance(dest, str) else dest
-    uploader.submit(output_dir, dest.child(FINAL_DIR), exclude=("checkpoint-*", STAGING_DIR, ".posttrain.lock"))
+    uploader.submit(output_dir, dest.child(FINAL_DIR), exclude=(CHECKPOINT_GLOB, STAGING_DIR, ".posttrain.lock"))
     return UploadSummary(tuple(uploader.wait()))
 
 

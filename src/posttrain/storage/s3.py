@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TypeVar
 
+from posttrain.checkpoints import checkpoint_name, step_of
 from posttrain.net.retry import RetryPolicy, call_with_retries
 
 from .errors import (StorageError, TransientMismatch, UnsafeKeyError, UploadError, describe, error_code,
@@ -253,9 +254,6 @@ def read_manifest(client, location: S3Location) -> dict | None:
     return manifest if isinstance(manifest, dict) else {}
 
 
-_CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)")
-
-
 def latest_checkpoint(client, location: S3Location) -> S3Location | None:
     """The ``checkpoint-N`` folder under ``location`` with the largest N whose upload completed.
 
@@ -267,10 +265,10 @@ def latest_checkpoint(client, location: S3Location) -> S3Location | None:
             Bucket=location.bucket, Prefix=location.dir_prefix(), Delimiter="/"):
         for common in page.get("CommonPrefixes", []):
             name = common["Prefix"][len(location.dir_prefix()):].rstrip("/")
-            if m := _CHECKPOINT_RE.fullmatch(name):
-                steps.append(int(m.group(1)))
+            if (step := step_of(name)) is not None:
+                steps.append(step)
     for step in sorted(steps, reverse=True):
-        candidate = location.child(f"checkpoint-{step}")
+        candidate = location.child(checkpoint_name(step))
         manifest = read_manifest(client, candidate)
         if manifest and isinstance(manifest.get("files"), dict):
             return candidate

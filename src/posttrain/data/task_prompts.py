@@ -1,5 +1,8 @@
 """The prompts evaluation sends, shared with GRPO training so both ask for the same format.
 
+They live in data/, below evaluation/ and the trainers, because both use them: the data step
+builds training prompts from them and evaluation tasks ask with them.
+
 Strict scoring (and the ``answer_match`` reward) reads only the ``<answer>...</answer>`` block, so
 a model is only scored fairly when the prompt asks for that block. Training imports
 ``math_prompt`` too: the format a model is rewarded for is the format it is evaluated on.
