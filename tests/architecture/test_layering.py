@@ -15,7 +15,7 @@ FLOORS = {
     "secrets": 1, "log": 1, "checkpoints": 1,
     "net": 2,
     "storage": 3,
-    "models": 4, "rewards": 4, "monitoring": 4,
+    "models": 4, "rewards": 4, "monitoring": 4, "distributed": 4,
     "data": 5,
     "generation": 6,
     "evaluation": 7,
