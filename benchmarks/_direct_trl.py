@@ -4,12 +4,13 @@
     python benchmarks/_direct_trl.py grpo MODEL_DIR DATA.jsonl OUT_DIR MAX_STEPS
 
 Same model, data, hyper-parameters and seed as recipes/sft/tiny-cpu.yaml and
-recipes/grpo/tiny-cpu.yaml; the GRPO reward and prompt are rebuilt here by hand.
+recipes/grpo/tiny-cpu.yaml (GRPO: learning rate 1e-3 and the digit-share reward of
+overhead_rewards.py, as trl_overhead.py overrides for posttrain); the prompt is rebuilt here by hand.
 """
 
 import json
-import re
 import sys
+from pathlib import Path
 
 import datasets
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -35,17 +36,13 @@ else:
         return {"prompt": [{"role": "system", "content": system}, {"role": "user", "content": row["question"]}],
                 "answer": row["answer"].split("####")[-1].strip()}
 
-    def answer_match(completions, answer, **kwargs):
-        out = []
-        for c, gold in zip(completions, answer):
-            m = re.findall(r"<answer>(.*?)</answer>", c[-1]["content"], re.S)
-            out.append(1.0 if len(m) == 1 and m[0].strip().replace(",", "") == gold.replace(",", "") else 0.0)
-        return out
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from overhead_rewards import digit_share  # the reward posttrain's run uses too
 
     dataset = dataset.map(to_prompt)
-    config = GRPOConfig(per_device_train_batch_size=8, num_generations=4, max_completion_length=32, learning_rate=1e-4,
+    config = GRPOConfig(per_device_train_batch_size=8, num_generations=4, max_completion_length=32, learning_rate=1e-3,
                         temperature=1.0, beta=0.04, logging_steps=1, save_steps=5, **common)
-    trainer = GRPOTrainer(model=model, reward_funcs=[answer_match], args=config, train_dataset=dataset, processing_class=tokenizer)
+    trainer = GRPOTrainer(model=model, reward_funcs=[digit_share], args=config, train_dataset=dataset, processing_class=tokenizer)
 
 result = trainer.train()
 trainer.save_model(out_dir)
