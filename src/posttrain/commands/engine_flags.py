@@ -51,15 +51,22 @@ def options_for_kind(args, kind: str) -> dict:
 
 
 def engine_options_per_model(args, kinds: dict[str, str]) -> dict[str, dict]:
-    """Options per model spec; a flag that fits none of the models is an error, not a no-op."""
+    """Options per model spec; a flag that fits none of the models is an error, not a no-op. API
+    engines are built once here (cheap: no request is sent), so a missing key or a malformed
+    --base-url fails before a command writes anything."""
     from posttrain.errors import UserError
+    from posttrain.generation.engines import make_engine
 
     for dest, (_, flag_kinds) in FLAG_OPTIONS.items():
         if getattr(args, dest) is not None and not flag_kinds & set(kinds.values()):
             flag = "--" + dest.replace("_", "-")
             raise UserError(f"{flag} applies to {' and '.join(sorted(flag_kinds))} models only, and none of the models given "
                             f"({' '.join(kinds)}) is one; remove {flag}")
-    return {spec: options_for_kind(args, kind) for spec, kind in kinds.items()}
+    options = {spec: options_for_kind(args, kind) for spec, kind in kinds.items()}
+    for spec, kind in kinds.items():
+        if kind == "api":
+            make_engine(spec, **options[spec])
+    return options
 
 
 def endpoint(spec: str, options: dict) -> str | None:
