@@ -35,6 +35,14 @@ def test_generate_and_eval_accept_an_s3_model(moto_server, s3, bucket, tiny_dir,
     assert posttrain_main(argv) == 0, capsys.readouterr().err
     assert json.loads((tmp_path / "eval" / "summary.json").read_text())["arms"][0]["spec"] == uri
 
+    # evaluation data is read by the same reader as training data: s3:// works for --data too
+    rows = "".join(json.dumps({"prompt": f"What is {i} + 1?", "answer": i + 1}) + "\n" for i in range(3))
+    s3.put_object(Bucket=bucket, Key="data/q.jsonl", Body=rows.encode())
+    argv = ["eval", "--model", str(tiny_dir), "--task", "custom", "--data", f"s3://{bucket}/data/q.jsonl",
+            "--max-new-tokens", "2", "--no-progress", "--out", str(tmp_path / "eval-s3-data")]
+    assert posttrain_main(argv) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "eval-s3-data" / "summary.json").read_text())["arms"][0]["n"] == 3
+
 
 def test_a_malformed_s3_spec_is_refused_before_anything_loads(tmp_path, capsys):
     for argv in (["generate", "--model", "s3://", "--prompts", str(tmp_path / "p.txt"), "--out", str(tmp_path / "g.jsonl")],
