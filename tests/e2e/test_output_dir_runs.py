@@ -51,7 +51,7 @@ def test_one_run_per_output_dir_and_resume_continues_the_same_recipe(repo, tmp_p
         assert "Traceback" not in second.stderr
         assert first.poll() is None  # the holder was not disturbed
         assert {p.name for p in out.iterdir() if not p.name.startswith("checkpoint-")} == before
-        assert len(list((out / "recipe_history").iterdir())) == 1  # the second run wrote nothing
+        assert len(list((out / "recipe_history").glob("*.yaml"))) == 1  # the second run wrote nothing
     finally:
         first.send_signal(signal.SIGKILL)  # dies holding the lock: a stale lock file remains
         first.wait()
@@ -62,7 +62,8 @@ def test_one_run_per_output_dir_and_resume_continues_the_same_recipe(repo, tmp_p
     assert f"previous run in this folder (pid {first.pid}" in third.stdout and "taking over" in third.stdout
     assert lock.read_text() == ""  # released on a clean exit
     assert (out / "checkpoint-2" / "posttrain_recipe.yaml").is_file()
-    (out / "recipe_history" / sorted(os.listdir(out / "recipe_history"))[0]).unlink()  # the killed run's start
+    for path in sorted((out / "recipe_history").iterdir())[:2]:  # the killed run's start (recipe and TRL config)
+        path.unlink()
     # A SIGKILL mid-write leaves a torn last line; resume must read past it.
     with (out / "metrics.jsonl").open("a") as f:
         f.write('{"step": 3, "loss": 2.7')
@@ -81,11 +82,12 @@ def test_one_run_per_output_dir_and_resume_continues_the_same_recipe(repo, tmp_p
     assert "training.learning_rate: 0.003 -> 0.01" in changed.stderr and "data.datasets[0].max_samples" in changed.stderr
     assert "resume_from_checkpoint=force" in changed.stderr and "Traceback" not in changed.stderr
     assert (out / "resolved_recipe.yaml").read_text() == recipe_before  # nothing overwritten
-    assert len(list((out / "recipe_history").iterdir())) == 2
+    assert len(list((out / "recipe_history").glob("*.yaml"))) == 2
 
     forced = run(train(out, data, "training.max_steps=6", "training.learning_rate=0.01", "training.resume_from_checkpoint=force", *base), repo)
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert "warning: resuming checkpoint-4 with a changed recipe" in forced.stdout and "training.learning_rate" in forced.stdout
-    history = sorted((out / "recipe_history").iterdir())
+    history = sorted((out / "recipe_history").glob("*.yaml"))
     assert [p.name.split("-from-step-")[1] for p in history] == ["0.yaml", "2.yaml", "4.yaml"]
     assert "learning_rate: 0.003" in history[0].read_text() and "learning_rate: 0.01" in history[2].read_text()
+    assert json.loads(history[2].with_suffix(".trl_config.json").read_text())["learning_rate"] == 0.01

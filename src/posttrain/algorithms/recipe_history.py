@@ -73,11 +73,14 @@ def render(rows) -> str:
     return "\n".join(f"  {key}: {old!r} -> {new!r}" for key, old, new in rows)
 
 
-def write_history(output_dir: Path, text: str, step: int) -> Path:
+def write_history(output_dir: Path, text: str, step: int, trl_config_json: str | None = None) -> Path:
+    """Keep this start's resolved recipe (and the TRL config it produced) beside the earlier ones."""
     folder = output_dir / HISTORY_DIR
     folder.mkdir(exist_ok=True)
     n = len(list(folder.glob("*.yaml"))) + 1
     stamp = datetime.datetime.now().strftime("%Y%m%dT%H%M%S")
     path = folder / f"{n:03d}-{stamp}-from-step-{step}.yaml"
     path.write_text(text)
+    if trl_config_json is not None:
+        path.with_suffix(".trl_config.json").write_text(trl_config_json)
     return path

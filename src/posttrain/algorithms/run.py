@@ -260,8 +260,9 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     if is_main_process():
         header = "".join(f"# {k}: {v}\n" for k, v in provenance().items())
         (output_dir / "resolved_recipe.yaml").write_text(header + recipe_text)
-        write_history(output_dir, header + recipe_text, checkpoint_step(resume_from) if resume_from else 0)
-        (output_dir / "trl_config.json").write_text(trl_config.to_json_string())
+        trl_json = trl_config.to_json_string()
+        write_history(output_dir, header + recipe_text, checkpoint_step(resume_from) if resume_from else 0, trl_json)
+        (output_dir / "trl_config.json").write_text(trl_json)
         keep_metrics(output_dir / "metrics.jsonl", checkpoint_step(resume_from) if resume_from else 0)
     return run, trainer
 
