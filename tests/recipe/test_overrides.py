@@ -76,3 +76,18 @@ def test_all_problems_reported_at_once():
     assert "model.base_model_name is not a list" in text
     assert "must look like key.path=value" in text
     assert "malformed key path 'a..b'" in text
+
+
+def test_null_removes_a_key_that_cannot_be_null(repo):
+    """The dead-key error's own advice works: `key=null` takes the key out, so its default applies."""
+    from posttrain.recipe.load import load_recipe
+
+    recipe = repo / "recipes/sft/tiny-cpu.yaml"
+    with pytest.raises(RecipeError, match="save_steps"):
+        load_recipe(recipe, ["training.save_strategy=epoch"])
+    loaded = load_recipe(recipe, ["training.save_strategy=epoch", "training.save_steps=null"])
+    assert "save_steps" not in loaded.recipe.training.model_fields_set
+    assert loaded.recipe.training.trl_kwargs()["save_strategy"] == "epoch"
+    assert load_recipe(recipe, ["model.lora_r=null"]).recipe.model.lora_r == 16  # back to the schema default
+    # a key that does accept null keeps it
+    assert load_recipe(recipe, ["training.resume_from_checkpoint=null"]).recipe.training.resume_from_checkpoint is None

@@ -23,7 +23,7 @@ from .defaults import defaults_for
 from . import yaml12
 from .errors import Problem, RecipeError, did_you_mean
 from .migrations import ALGORITHM_MIGRATIONS, fairl_signs, migration_for
-from .overrides import apply_overrides, format_path
+from .overrides import apply_overrides, format_path, parse_path
 from .schema import OWNED_ELSEWHERE, TRAINING_MODELS, Problems, Recipe
 from .trl_fields import trl_fields
 
@@ -64,6 +64,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     source = Path(path) if path is not None else None
     raw = copy.deepcopy(raw) if raw is not None else read_yaml(source)
     raw, overridden = apply_overrides(raw, list(overrides))
+    _unset_null_overrides(raw, overridden)
 
     defaulted: set[str] = set()
     training = raw.get("training")
@@ -94,6 +95,29 @@ def load_recipe(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         error.raw = raw  # for checks that can still run on it (preflight_raw)
         raise error from None
     return LoadedRecipe(recipe, source, overridden, defaulted)
+
+
+def _unset_null_overrides(raw: dict, overridden: set[str]) -> None:
+    """`key=null` on a key that cannot be null removes it, so its default applies again: the way to
+    take a dead key out of a recipe from the command line (`training.save_steps=null`)."""
+    from pydantic import TypeAdapter
+
+    for path in overridden:
+        parts = parse_path(path)
+        try:
+            parent = _value_at(parts[:-1], raw)
+        except (KeyError, IndexError, TypeError):
+            continue
+        if not isinstance(parent, dict) or parts[-1] not in parent or parent[parts[-1]] is not None:
+            continue
+        model = _model_at(parts[:-1], raw)
+        info = model.model_fields.get(parts[-1]) if model is not None else None
+        if info is None:
+            continue
+        try:
+            TypeAdapter(info.annotation).validate_python(None)
+        except ValidationError:
+            del parent[parts[-1]]
 
 
 # ------------------------------------------------------------------------------ error messages
