@@ -98,3 +98,29 @@ def test_messages_with_content_parts_and_parquet_embedded_images(tmp_path):
     assert report.rows_kept == 1 and report.format == "messages+images"
     assert [p["type"] for p in out[0]["messages"][0]["content"]] == ["text", "image"]
     assert out[0]["images"][0].getpixel((0, 0)) == (0, 128, 0)
+
+
+def test_video_column_becomes_sampled_frames_where_the_video_stands(tmp_path):
+    pytest.importorskip("av")
+    import av
+    import numpy as np
+
+    with av.open(str(tmp_path / "clip.mp4"), mode="w") as container:  # frame i: a flat grey of 10 * i + 20
+        stream = container.add_stream("mpeg4", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv420p"
+        for i in range(20):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(np.full((32, 32, 3), 10 * i + 20, np.uint8), format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    _png(tmp_path / "a.png", "red")
+    rows = [{"image": "a.png", "clip": "clip.mp4", "prompt": "Before: <image> then <video> What changed?", "completion": "it got lighter"}]
+    spec = DatasetSpec(name=str(_write(tmp_path / "v.jsonl", rows)), image_columns=["image"], video_columns=["clip"])
+    ds, report = prepare_vision_dataset(spec, "data.datasets[0]", DataSection(datasets=[spec], video_max_frames=3), seed=0)
+    assert report.rows_kept == 1
+    parts = [p["type"] for p in ds[0]["prompt"][0]["content"]]
+    assert parts == ["text", "image", "text", "image", "image", "image", "text"]
+    images = ds[0]["images"]
+    assert images[0].getpixel((0, 0)) == (255, 0, 0)
+    greys = [im.getpixel((16, 16))[0] for im in images[1:]]
+    assert greys == sorted(greys) and greys[0] < 60 < 150 < greys[-1]  # 3 frames spread over the clip, in order
