@@ -3,15 +3,19 @@
     python -m posttrain.data.shapes OUT_DIR [--n 600] [--n-test 200] [--seed 0] [--blank]
 
 The proof that images reach a vision-language model: the answers are in the pixels only. Each
-64x64 image holds 1-3 shapes (square, circle, triangle; each kind at most once) in distinct
-colours out of four (red, green, blue, yellow). Questions, drawn uniformly:
+64x64 image holds shapes (square, circle, triangle) on a light background. Questions, drawn
+uniformly, each with four possible answers drawn uniformly:
 
-* colour of a shape   "What colour is the square?"               -> red | green | blue | yellow
-* colour by position  "What colour is the shape on the left?"    -> (images with 2-3 shapes)
-* count               "How many shapes are there?"               -> 1 | 2 | 3
+* colour    "What colour is the square?"  -> red | green | blue | yellow. The square (or circle,
+            triangle) is the one coloured shape; 0-2 grey shapes of the other kinds are distractors.
+* position  "Where is the circle?"        -> top left | top right | bottom left | bottom right
+            (one shape, in that quadrant of the canvas).
+* count     "How many shapes are there?"  -> 1 | 2 | 3 | 4 (coloured shapes, apart from each other).
 
-Answers are uniform over their options, so a model that cannot see scores chance: 1/4 on colour
-questions, 1/3 on counts (`chance()` gives the expected accuracy of a set of items).
+A model that cannot see scores chance, 1/4 (`chance()` gives the expected accuracy of a set of
+items). The task is built so that a tiny model trained from random weights on a CPU for minutes can
+learn it: each answer is a property of the whole image (which colour is present, where the
+non-background pixels are, how many blobs), not of a relation between shapes.
 
 Writes OUT_DIR/images/*.png and
 * train.jsonl  -- {image, prompt, completion: "<answer>red</answer>", answer, kind}: sft_vlm rows;
@@ -30,22 +34,25 @@ from pathlib import Path
 
 SIZE = 64
 COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220), "yellow": (230, 200, 40)}
+GREY = (150, 150, 150)
 KINDS = ("square", "circle", "triangle")
+QUADRANTS = ("top left", "top right", "bottom left", "bottom right")
 BACKGROUND = (245, 245, 245)
-SHAPE = 18  # side / diameter in pixels
+SHAPE = 16  # side / diameter in pixels
 TEST_SEED_OFFSET = 10_000  # test images come from seed + this offset: never the training images
 
 
-def _layout(rng: random.Random, n: int) -> list[dict]:
-    """n shapes with distinct kinds and colours at non-overlapping spots, left-to-right distinct."""
+def _spots(rng: random.Random, n: int, quadrant: int | None = None) -> list[tuple[int, int]]:
+    """n top-left corners of non-overlapping shapes (all inside `quadrant` when given)."""
+    half = SIZE // 2
     while True:
-        xs = [rng.randint(2, SIZE - SHAPE - 2) for _ in range(n)]
-        ys = [rng.randint(2, SIZE - SHAPE - 2) for _ in range(n)]
-        centres = sorted(xs)
-        if all(b - a >= SHAPE + 2 for a, b in zip(centres, centres[1:])):  # separated horizontally: "left" is clear
-            break
-    kinds, colours = rng.sample(KINDS, n), rng.sample(list(COLOURS), n)
-    return [{"kind": k, "colour": c, "x": x, "y": y} for k, c, x, y in zip(kinds, colours, xs, ys)]
+        if quadrant is None:
+            spots = [(rng.randint(1, SIZE - SHAPE - 1), rng.randint(1, SIZE - SHAPE - 1)) for _ in range(n)]
+        else:
+            x0, y0 = (quadrant % 2) * half, (quadrant // 2) * half
+            spots = [(x0 + rng.randint(1, half - SHAPE - 1), y0 + rng.randint(1, half - SHAPE - 1)) for _ in range(n)]
+        if all(abs(a[0] - b[0]) > SHAPE + 1 or abs(a[1] - b[1]) > SHAPE + 1 for i, a in enumerate(spots) for b in spots[i + 1:]):
+            return spots
 
 
 def draw(shapes: list[dict], blank: bool = False):
@@ -57,7 +64,7 @@ def draw(shapes: list[dict], blank: bool = False):
     pen = ImageDraw.Draw(image)
     for s in shapes:
         box = (s["x"], s["y"], s["x"] + SHAPE, s["y"] + SHAPE)
-        fill = COLOURS[s["colour"]]
+        fill = COLOURS.get(s["colour"], GREY)
         if s["kind"] == "square":
             pen.rectangle(box, fill=fill)
         elif s["kind"] == "circle":
@@ -68,24 +75,26 @@ def draw(shapes: list[dict], blank: bool = False):
 
 
 def item(rng: random.Random) -> tuple[list[dict], dict]:
-    """(shapes, {question, answer, kind}) with the answer uniform over the question's options."""
-    kind = rng.choice(["colour_of_shape", "colour_by_position", "count"])
-    if kind == "count":
-        shapes = _layout(rng, rng.randint(1, 3))
-        return shapes, {"question": "How many shapes are there?", "answer": str(len(shapes)), "kind": kind}
-    if kind == "colour_of_shape":
-        shapes = _layout(rng, rng.randint(1, 3))
-        target = rng.choice(shapes)
-        return shapes, {"question": f"What colour is the {target['kind']}?", "answer": target["colour"], "kind": kind}
-    shapes = _layout(rng, rng.randint(2, 3))
-    side = rng.choice(["left", "right"])
-    ordered = sorted(shapes, key=lambda s: s["x"])
-    target = ordered[0] if side == "left" else ordered[-1]
-    return shapes, {"question": f"What colour is the shape on the {side}?", "answer": target["colour"], "kind": kind}
+    """(shapes, {question, answer, kind}) with the answer uniform over the question's four options."""
+    kind = rng.choice(["colour", "position", "count"])
+    if kind == "colour":
+        kinds = rng.sample(KINDS, rng.randint(1, 3))
+        colour = rng.choice(list(COLOURS))
+        colours = [colour] + ["grey"] * (len(kinds) - 1)
+        shapes = [{"kind": k, "colour": c, "x": x, "y": y} for k, c, (x, y) in zip(kinds, colours, _spots(rng, len(kinds)))]
+        return shapes, {"question": f"What colour is the {kinds[0]}?", "answer": colour, "kind": kind}
+    if kind == "position":
+        quadrant = rng.randrange(4)
+        (x, y), = _spots(rng, 1, quadrant)
+        shape = {"kind": rng.choice(KINDS), "colour": rng.choice(list(COLOURS)), "x": x, "y": y}
+        return [shape], {"question": f"Where is the {shape['kind']}?", "answer": QUADRANTS[quadrant], "kind": kind}
+    n = rng.randint(1, 4)
+    shapes = [{"kind": rng.choice(KINDS), "colour": rng.choice(list(COLOURS)), "x": x, "y": y} for x, y in _spots(rng, n)]
+    return shapes, {"question": "How many shapes are there?", "answer": str(n), "kind": kind}
 
 
 def options(kind: str) -> int:
-    return 3 if kind == "count" else len(COLOURS)
+    return 4
 
 
 def chance(items: list[dict]) -> float:
