@@ -66,9 +66,9 @@ def test_shapes_proof_pipeline_toy(tmp_path):
     spec = importlib.util.spec_from_file_location("vlm_shapes", __import__("pathlib").Path(__file__).parents[2] / "benchmarks/vlm_shapes.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    result = bench.main(["--steps", "4", "--batch", "8", "--n-train", "48", "--n-test", "24", "--out", str(tmp_path)])
+    result = bench.main(["--steps", "2", "--batch", "4", "--n-train", "16", "--n-test", "12", "--out", str(tmp_path)])
     assert [r["arm"] for r in result["rows"]] == ["untrained", "images", "blank"]
-    assert all(r["n"] == 24 for r in result["rows"]) and 0.25 <= result["chance"] <= 1 / 3
+    assert all(r["n"] == 12 for r in result["rows"]) and 0.25 <= result["chance"] <= 1 / 3
     blank_image = Image.open(tmp_path / "data-blank" / "images" / "train-00000.png")
     assert len(set(blank_image.getdata())) == 1  # every pixel the same
     assert (tmp_path / "result.md").read_text().startswith("| arm |")
