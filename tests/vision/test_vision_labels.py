@@ -9,6 +9,7 @@ from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
 
 from posttrain.algorithms.sft_vlm import media_masking_collator
 from posttrain.data.vision import content_parts, place_media
+from posttrain.models.tiny_vlm import TOKENS_PER_IMAGE
 from posttrain.models.vision import media_token_ids
 
 
@@ -33,7 +34,7 @@ def test_labels_hold_only_assistant_text(tiny_vlm_dir, tmp_path):
     image_id = media_token_ids(processor)[0]
     config = SFTConfig(output_dir=str(tmp_path), assistant_only_loss=True, max_length=None, report_to="none", bf16=False)
     batch = media_masking_collator(processor, config, completion_only_loss=False)([_example(), _example()])
-    assert (batch["input_ids"][0] == image_id).sum() == 2 * 64  # both images rendered, 64 tokens each
+    assert (batch["input_ids"][0] == image_id).sum() == 2 * TOKENS_PER_IMAGE  # both images rendered
     decoded = processor.tokenizer.decode(_labelled(batch))
     assert decoded == "<answer>left</answer><|im_end|>blue<|im_end|>"
     assert image_id not in _labelled(batch)

@@ -25,7 +25,7 @@ def train(cli, out: Path, *overrides: str):
 def test_full_run_freezes_the_tower_and_trains_the_rest(cli, tmp_path, tiny_vlm_dir):
     out = tmp_path / "full"
     result = train(cli, out, "model.freeze_vision_tower=true")
-    assert "trainable parameters: vision 0 of 83,712, projector 49,536 of 49,536, language 2,018,240 of 2,018,240" in result.stdout
+    assert "trainable parameters: vision 0 of 264,192, projector 49,536 of 49,536, language 2,018,240 of 2,018,240" in result.stdout
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in records if "loss" in r]
     assert len(losses) == 3 and all(l == l and l > 0 for l in losses)  # finite
@@ -41,7 +41,7 @@ def test_full_run_freezes_the_tower_and_trains_the_rest(cli, tmp_path, tiny_vlm_
 def test_lora_adapter_holds_only_language_model_lora(cli, tmp_path):
     out = tmp_path / "lora"
     result = train(cli, out, "model.use_lora=true", "model.freeze_vision_tower=true", "training.learning_rate=1e-2")
-    assert "trainable parameters: vision 0 of 83,712, projector 0 of 49,536, language " in result.stdout
+    assert "trainable parameters: vision 0 of 264,192, projector 0 of 49,536, language " in result.stdout
     names = list(read_header(out / "adapter_model.safetensors"))
     assert names and all("lora_" in n and "language_model" in n for n in names)
     inspected = cli("inspect", out, "--strict")
@@ -71,7 +71,7 @@ def test_grpo_on_image_prompts_two_steps(cli, tmp_path):
     result = cli("train", "--recipe", "recipes/grpo/tiny-vlm-cpu.yaml", f"training.output_dir={out}", "training.max_steps=2",
                  "training.save_steps=100", "data.datasets[0].max_samples=16")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "trainable parameters: vision 0 of 83,712" in result.stdout
+    assert "trainable parameters: vision 0 of 264,192" in result.stdout
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "rewards/text_match/mean" in r or "reward" in r]
     assert len(steps) == 2 and all(0.0 <= r["reward"] <= 1.5 for r in steps)

@@ -186,12 +186,12 @@ def _adapter_base(spec: str) -> str | None:
 def _same_model(a: str, b: str) -> bool:
     """Whether two specs name one model: the same path once resolved (a tiny: spec resolves to its
     cache folder, which is what adapters trained on it record), or the same hub id."""
-    from posttrain.models.tiny import BUILDER_VERSION, cache_root, parse_tiny_spec
+    from posttrain.models.tiny import cache_root, dir_name, parse_tiny_spec
 
     def canonical(spec: str) -> str:
         if spec == "tiny" or spec.startswith("tiny:"):
             arch, size = parse_tiny_spec(spec)
-            return str((cache_root() / "tiny" / f"{arch}-{size}-v{BUILDER_VERSION}").resolve())
+            return str((cache_root() / "tiny" / dir_name(arch, size)).resolve())
         path = Path(spec).expanduser()
         return str(path.resolve()) if path.exists() else spec
 

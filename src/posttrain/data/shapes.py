@@ -10,7 +10,7 @@ uniformly, each with four possible answers drawn uniformly:
             triangle) is the one coloured shape; 0-2 grey shapes of the other kinds are distractors.
 * position  "Where is the circle?"        -> top left | top right | bottom left | bottom right
             (one shape, in that quadrant of the canvas).
-* count     "How many shapes are there?"  -> 1 | 2 | 3 | 4 (coloured shapes, apart from each other).
+* count     "How many shapes are there?"  -> 1 | 2 | 3 | 4 (coloured shapes, one per quadrant at most).
 
 A model that cannot see scores chance, 1/4 (`chance()` gives the expected accuracy of a set of
 items). The task is built so that a tiny model trained from random weights on a CPU for minutes can
@@ -38,21 +38,16 @@ GREY = (150, 150, 150)
 KINDS = ("square", "circle", "triangle")
 QUADRANTS = ("top left", "top right", "bottom left", "bottom right")
 BACKGROUND = (245, 245, 245)
-SHAPE = 16  # side / diameter in pixels
+SHAPE = 24  # side / diameter in pixels: most of a quadrant
 TEST_SEED_OFFSET = 10_000  # test images come from seed + this offset: never the training images
 
 
 def _spots(rng: random.Random, n: int, quadrant: int | None = None) -> list[tuple[int, int]]:
-    """n top-left corners of non-overlapping shapes (all inside `quadrant` when given)."""
+    """Top-left corners of n shapes, each in its own quadrant of the canvas (in `quadrant` when
+    given), jittered inside it: shapes never overlap, and a count is a count of quadrants in use."""
     half = SIZE // 2
-    while True:
-        if quadrant is None:
-            spots = [(rng.randint(1, SIZE - SHAPE - 1), rng.randint(1, SIZE - SHAPE - 1)) for _ in range(n)]
-        else:
-            x0, y0 = (quadrant % 2) * half, (quadrant // 2) * half
-            spots = [(x0 + rng.randint(1, half - SHAPE - 1), y0 + rng.randint(1, half - SHAPE - 1)) for _ in range(n)]
-        if all(abs(a[0] - b[0]) > SHAPE + 1 or abs(a[1] - b[1]) > SHAPE + 1 for i, a in enumerate(spots) for b in spots[i + 1:]):
-            return spots
+    quadrants = [quadrant] if quadrant is not None else rng.sample(range(4), n)
+    return [((q % 2) * half + rng.randint(1, half - SHAPE - 1), (q // 2) * half + rng.randint(1, half - SHAPE - 1)) for q in quadrants]
 
 
 def draw(shapes: list[dict], blank: bool = False):

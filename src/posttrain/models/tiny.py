@@ -137,6 +137,15 @@ def parse_tiny_spec(spec: str) -> tuple[str, str]:
     return arch, size
 
 
+def dir_name(arch: str, size: str) -> str:
+    """The cache folder of a tiny model: its arch, size and builder version."""
+    if arch in VLM_ARCHS:
+        from .tiny_vlm import VLM_BUILDER_VERSION
+
+        return f"{arch}-{size}-v{BUILDER_VERSION}.{VLM_BUILDER_VERSION}"
+    return f"{arch}-{size}-v{BUILDER_VERSION}"
+
+
 def cache_root() -> Path:
     """``$POSTTRAIN_CACHE`` (default ``~/.cache/posttrain``)."""
     return Path(os.environ.get("POSTTRAIN_CACHE") or "~/.cache/posttrain").expanduser()
@@ -152,7 +161,7 @@ def resolve_tiny(spec: str) -> Path:
     sibling behind; it is never read and is safe to delete.
     """
     arch, size = parse_tiny_spec(spec)
-    final = cache_root() / "tiny" / f"{arch}-{size}-v{BUILDER_VERSION}"
+    final = cache_root() / "tiny" / dir_name(arch, size)
     if (final / "config.json").is_file():
         return final
     if os.environ.get("LOCAL_RANK", "0") != "0":
