@@ -13,21 +13,29 @@ TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.posttrain-installed
+# The demo needs posttrain and matplotlib only, not the test extras (deepspeed among them builds
+# from source for minutes): its own lighter install keeps `make demo` inside its time budget.
+BASE_STAMP := $(VENV)/.posttrain-base-installed
 
-.PHONY: install demo test benchmark kl-ablation clean
+.PHONY: install install-base demo test benchmark kl-ablation clean
 
 install: $(STAMP)
+install-base: $(BASE_STAMP)
 
-$(STAMP): pyproject.toml
+$(BASE_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(if $(TORCH),$(BIN)/python -m pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)))
+	$(BIN)/python -m pip install -q -e ".[plot]"
+	touch $(BASE_STAMP)
+
+$(STAMP): pyproject.toml $(BASE_STAMP)
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
 # The demo: every stage is a posttrain command (recipes/demo/); runs/demo is rebuilt each time.
 DEMO := runs/demo
-demo: install
+demo: install-base
 	rm -rf $(DEMO)
 	$(BIN)/posttrain train --recipe recipes/demo/sft.yaml
 	$(BIN)/posttrain train --recipe recipes/demo/grpo.yaml
