@@ -29,6 +29,7 @@ import random
 import string
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from posttrain.data.task_prompts import choice_prompt, math_prompt
