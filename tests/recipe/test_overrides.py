@@ -91,3 +91,11 @@ def test_null_removes_a_key_that_cannot_be_null(repo):
     assert load_recipe(recipe, ["model.lora_r=null"]).recipe.model.lora_r == 16  # back to the schema default
     # a key that does accept null keeps it
     assert load_recipe(recipe, ["training.resume_from_checkpoint=null"]).recipe.training.resume_from_checkpoint is None
+
+
+def test_an_item_of_an_overridden_list_is_blamed_on_the_override(repo):
+    from posttrain.recipe.load import load_recipe
+
+    with pytest.raises(RecipeError) as e:
+        load_recipe(repo / "recipes/grpo/tiny-cpu.yaml", ["training.stop_on=[bogus]"])
+    assert "training.stop_on[0] (from override)" in str(e.value)

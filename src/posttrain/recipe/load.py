@@ -37,10 +37,17 @@ class LoadedRecipe:
     defaulted: set[str] = field(default_factory=set)  # key paths set by posttrain defaults
 
     def layer(self, path: str) -> str:
-        if path in self.overridden:
-            return "override"
-        if path in self.defaulted:
-            return "posttrain default"
+        """Who set `path`: the nearest of it and its parents that an override or a default set."""
+        try:
+            parts = parse_path(path) if path else []
+        except ValueError:  # a key of the user's that is no valid path (e.g. with dots): itself only
+            parts = [path]
+        for n in range(len(parts), 0, -1):
+            prefix = format_path(parts[:n])
+            if prefix in self.overridden:
+                return "override"
+            if prefix in self.defaulted:
+                return "posttrain default"
         return self.source.name if self.source else "recipe"
 
 
