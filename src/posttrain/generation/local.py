@@ -70,9 +70,6 @@ class TransformersEngine:
         """One Completion per prompt, in the order given. Sampling is seeded with params.seed
         (without disturbing the caller's RNG), so the same prompts, params and batch size give the
         same samples."""
-        import torch
-        from tqdm.auto import tqdm
-
         check_params(params)
         if self.processor is not None:
             return self._generate_with_processor(prompts, params)
@@ -84,49 +81,49 @@ class TransformersEngine:
         empty = [i for i, ids in enumerate(encoded) if not ids]
         if empty:
             raise UserError(f"prompt(s) {empty[:10]} are empty after tokenization (no chat template around them); give non-empty text")
-        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
-        batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         config = self._generation_config(params)
-        results: list[Completion | None] = [None] * len(prompts)
+        return self._in_batches([len(ids) for ids in encoded], params.seed,
+                                lambda batch: self._generate_batch([encoded[i] for i in batch], config))
+
+    def _in_batches(self, sizes: list[int], seed: int, generate_batch) -> list[Completion]:
+        """Longest prompts first (less padding per batch), seeded sampling that leaves the caller's RNG
+        alone, results in the caller's order. `generate_batch(indices)` -> one Completion per index."""
+        import torch
+        from tqdm.auto import tqdm
+
+        order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+        batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        results: list[Completion | None] = [None] * len(sizes)
         devices = [self.model.device] if self.model.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
-            torch.manual_seed(params.seed)
+            torch.manual_seed(seed)
             for batch in tqdm(batches, desc=f"generate {self.name}", unit="batch", disable=not self.progress):
-                outputs = self._generate_batch([encoded[i] for i in batch], config)
-                for i, completion in zip(batch, outputs):
+                for i, completion in zip(batch, generate_batch(batch)):
                     results[i] = completion
         return results
 
     def _generate_with_processor(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
         """Vision-language models: render each chat, batch images and text through the processor
         (left padding), longest prompts first, results in the caller's order."""
-        import torch
-        from tqdm.auto import tqdm
-
         chats = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
         texts = [self.processor.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in chats]
         images = [[part["image"] for m in c if isinstance(m.get("content"), list) for part in m["content"]
                    if isinstance(part, dict) and part.get("type") == "image"] for c in chats]
         sizes = [len(self.tokenizer(t, add_special_tokens=False)["input_ids"]) + 1000 * len(im) for t, im in zip(texts, images)]
-        order = sorted(range(len(prompts)), key=lambda i: -sizes[i])
-        batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         config = self._generation_config(params)
-        results: list[Completion | None] = [None] * len(prompts)
-        devices = [self.model.device] if self.model.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), torch.inference_mode():
-            torch.manual_seed(params.seed)
-            for batch in tqdm(batches, desc=f"generate {self.name}", unit="batch", disable=not self.progress):
-                batch_images = [images[i] for i in batch]
-                inputs = self.processor(text=[texts[i] for i in batch], images=batch_images if any(batch_images) else None,
-                                        padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt")
-                inputs = inputs.to(self.model.device)
-                if "pixel_values" in inputs:
-                    inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)
-                out = self.model.generate(**inputs, generation_config=config)
-                width = inputs["input_ids"].shape[1]
-                for row, i in zip(out, batch):
-                    results[i] = self._completion(row[width:].tolist(), int(inputs["attention_mask"][batch.index(i)].sum()))
-        return results
+
+        def generate_batch(batch: list[int]) -> list[Completion]:
+            batch_images = [images[i] for i in batch]
+            inputs = self.processor(text=[texts[i] for i in batch], images=batch_images if any(batch_images) else None,
+                                    padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt")
+            inputs = inputs.to(self.model.device)
+            if "pixel_values" in inputs:
+                inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)
+            out = self.model.generate(**inputs, generation_config=config)
+            width = inputs["input_ids"].shape[1]
+            return [self._completion(row[width:].tolist(), int(mask.sum())) for row, mask in zip(out, inputs["attention_mask"])]
+
+        return self._in_batches(sizes, params.seed, generate_batch)
 
     def _generation_config(self, params: SamplingParams):
         from transformers import GenerationConfig
