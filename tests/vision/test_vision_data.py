@@ -124,3 +124,11 @@ def test_video_column_becomes_sampled_frames_where_the_video_stands(tmp_path):
     assert images[0].getpixel((0, 0)) == (255, 0, 0)
     greys = [im.getpixel((16, 16))[0] for im in images[1:]]
     assert greys == sorted(greys) and greys[0] < 60 < 150 < greys[-1]  # 3 frames spread over the clip, in order
+
+
+def test_video_sampling_keys_without_video_columns_are_dead(repo):
+    from posttrain.recipe.errors import RecipeError
+    from posttrain.recipe.load import load_recipe
+
+    with pytest.raises(RecipeError, match="no dataset has video_columns"):
+        load_recipe(repo / "recipes/sft_vlm/tiny-cpu.yaml", ["data.video_fps=2"])

@@ -349,6 +349,8 @@ def _data(conv: Conversion, out: dict, data: dict, algorithm: str) -> None:
             elif key in MEDIA_LOADER_KEYS and schema_has("data.datasets[i].image_columns"):
                 conv.add(k, note="posttrain's media loader caches downloads per machine (~/.cache/posttrain), retries with the "
                          "shared HTTP rule and reads s3:// with the AWS environment; no per-recipe setting")
+            elif key in ("video_num_frames", "video_fps") and not any((ds or {}).get("video_columns") for ds in data.get("datasets") or []):
+                conv.add(k, note="no dataset has video_columns, so FAI-RL sampled no video frames either; nothing to carry over")
             elif algorithm == "sft_vlm" and schema_has(target):
                 d[target.split(".")[1]] = value
                 conv.add(k, target, "" if target == f"data.{key}" else "renamed")

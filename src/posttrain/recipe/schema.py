@@ -689,6 +689,10 @@ class Recipe(Section):
             if unused:
                 out.append((unused[0], f"{', '.join(unused)} only apply to runs with images (algorithm sft_vlm, or datasets with "
                             "image_columns/video_columns); this run has none. Remove them."))
+        video_keys = [f"data.{k}" for k in ("video_fps", "video_max_frames") if k in self.data.model_fields_set]
+        if self.uses_images and video_keys and not any(d.video_columns for _, ds in specs for d in ds):
+            out.append((video_keys[0], f"{', '.join(video_keys)}: no dataset has video_columns, so no video would be sampled; "
+                        "add video_columns to the dataset with videos, or remove them."))
         if self.uses_images and algorithm in RL_ALGORITHMS:
             unsupported = [f"data.{k}" for k in ("max_prompt_length", "few_shot") if k in self.data.model_fields_set]
             unsupported += [f"{key}[{i}].template" for key, ds in specs for i, d in enumerate(ds) if "template" in d.model_fields_set]
