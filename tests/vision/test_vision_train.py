@@ -56,13 +56,13 @@ def test_text_only_model_with_images_is_an_error_naming_it(cli, tmp_path):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("override, message", [
-    ("training.algorithm=sft", "algorithm sft trains on text only and would ignore the images. Use training.algorithm=sft_vlm"),
-    ("data.datasets[0].image_columns=[]", "sft_vlm needs image_columns (or video_columns) on every dataset"),
-    ("model.use_lora=true", "model.freeze_vision_tower=false with model.use_lora=true"),
+@pytest.mark.parametrize("overrides, message", [
+    (["training.algorithm=sft"], "algorithm sft trains on text only and would ignore the images. Use training.algorithm=sft_vlm"),
+    (["data.datasets[0].image_columns=[]"], "sft_vlm needs image_columns (or video_columns) on every dataset"),
+    (["model.use_lora=true", "model.freeze_vision_tower=false"], "model.freeze_vision_tower=false with model.use_lora=true"),
 ])
-def test_recipe_errors(cli, override, message):
-    result = cli("validate", "--recipe", RECIPE, override)
+def test_recipe_errors(cli, overrides, message):
+    result = cli("validate", "--recipe", RECIPE, *overrides)
     assert result.returncode == 2 and message in result.stderr, result.stderr
 
 
