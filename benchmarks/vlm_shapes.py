@@ -1,6 +1,6 @@
 """Proof that images reach a vision-language model: train on coloured shapes, test on held-out images.
 
-    python benchmarks/vlm_shapes.py [--steps 400] [--n-train 1500] [--n-test 200] [--out runs/vlm-shapes]
+    python benchmarks/vlm_shapes.py [--steps 1000] [--n-train 1500] [--n-test 200] [--out runs/vlm-shapes]
 
 Three arms, all `tiny:llava-2m` (random init, CPU):
 * untrained -- the model as built;
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> dict:
     from posttrain.data.shapes import chance, write_all
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=400, help="training steps per arm")
+    parser.add_argument("--steps", type=int, default=1000, help="training steps per arm")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--n-train", type=int, default=1500)
