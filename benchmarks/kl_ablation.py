@@ -433,6 +433,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --betas: training seeds per beta (default 0 1 2); the arms pool them")
     parser.add_argument("--reward", choices=["standard", "gameable"], default="standard",
                         help="with --betas: 'gameable' pays for an empty <think> and for brevity (benchmarks/kl_rewards.py)")
+    parser.add_argument("--reuse-arms", action="store_true",
+                        help="keep arms a previous run with the same --out finished (e.g. evaluate the dev-tuned arms "
+                             "once on the held-out split without retraining them); unfinished ones are retrained")
     parser.add_argument("--jobs", type=int, help="arms trained at once, sharing the cores (default: one per core)")
     parser.add_argument("--quiet", action="store_true", help="print only the report")
     args = parser.parse_args(argv)
@@ -485,16 +488,29 @@ def main(argv: list[str] | None = None) -> int:
     stages.append(base_run)
 
     arms_dir = out / "arms"
-    for name in args.arms:
-        shutil.rmtree(arms_dir / name, ignore_errors=True)
     if args.betas is not None:
         arm_stages = [dose_stage(b, s, base, data, arms_dir, scale, args.reward) for b in args.betas for s in args.seeds]
     else:
         arm_stages = [arm_stage(name, base, data, arms_dir, scale, args.arm_seed) for name in args.arms]
+    to_train = []
     for stage in arm_stages:
         stage.threads = arm_threads
+        marker = arms_dir / f"{stage.name}.json"  # written when the arm finished, with the command that trained it
+        if args.reuse_arms and marker.is_file() and json.loads(marker.read_text())["command"] == _display(stage.argv):
+            stage.seconds, stage.cached = json.loads(marker.read_text())["seconds"], True
+            if not args.quiet:
+                print(f"[{stage.name}] reusing {_path(arms_dir / stage.name)} (--reuse-arms)", flush=True)
+            continue
+        shutil.rmtree(arms_dir / stage.name, ignore_errors=True)
+        marker.unlink(missing_ok=True)
+        to_train.append(stage)
+
+    def train(stage: Stage) -> None:
+        run_stage(stage, logs, args.quiet)
+        (arms_dir / f"{stage.name}.json").write_text(json.dumps({"seconds": stage.seconds, "command": _display(stage.argv)}, indent=1) + "\n")
+
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        list(pool.map(lambda s: run_stage(s, logs, args.quiet), arm_stages))
+        list(pool.map(train, to_train))
     stages += arm_stages
 
     data_seed = HELDOUT_SEED if args.split == "heldout" else DEV_SEED

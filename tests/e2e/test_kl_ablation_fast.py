@@ -180,3 +180,18 @@ def test_dose_response_with_seeds_and_gameable_reward_at_toy_size(fast_run, tmp_
     pairs = {(c["arm_a"], c["arm_b"], c["metric"]) for c in compare["pooled_comparisons"]}
     assert {("base", "beta0", "loose"), ("beta0", "beta1", "loose"), ("base", "beta1", "strict")} <= pairs
     assert "Hypotheses and decision rule" in report and "[base] reusing" not in result.stdout  # --quiet
+    # The same arms evaluated once more on the other split: --reuse-arms trains nothing again.
+    weights = {p: p.stat().st_mtime_ns for p in (tmp_path / "arms").glob("*/model.safetensors")}
+    assert len(weights) == 4
+    again = subprocess.run([sys.executable, str(SCRIPT), "--fast", "--betas", "0", "1.0", "--seeds", "0", "1",
+                            "--reward", "gameable", "--reuse-arms", "--split", "dev", "--out", str(tmp_path)],
+                           cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert again.stdout.count("(--reuse-arms)") == 4 and "[beta0-s0] posttrain train" not in again.stdout
+    assert {p: p.stat().st_mtime_ns for p in weights} == weights
+    assert "dev (tuning split)" in (tmp_path / "report.md").read_text()
+    # A changed command (another reward) is not the same arm: it is retrained.
+    third = subprocess.run([sys.executable, str(SCRIPT), "--fast", "--betas", "0", "--seeds", "0", "--reuse-arms",
+                            "--quiet", "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    assert (tmp_path / "arms" / "beta0-s0" / "model.safetensors").stat().st_mtime_ns != weights[tmp_path / "arms" / "beta0-s0" / "model.safetensors"]
