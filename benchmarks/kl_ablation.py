@@ -34,7 +34,8 @@ overrides, times the stages and assembles the report. Nothing is trained here.
 4. compare   `posttrain compare` of base and every arm on the held-out problems: strict and loose
              accuracy, exact McNemar test for every pair.
 5. telemetry `posttrain report` of the arms: reward, length, entropy, KL by step range, plot.
-6. report    OUT/report.md (both tables, n, seeds, recipes, wall times), printed at the end.
+6. report    OUT/report.md (both tables, n, seeds, recipes, wall times), printed at the end
+             (dose-response: OUT/report-SPLIT.md, compare-SPLIT/, accuracy-SPLIT.png).
 
 Threads: the base and compare use every core (torch's default); the arms train --jobs at once
 (default: one per core), each with its share of the cores. OMP_NUM_THREADS, when set, applies
@@ -389,8 +390,11 @@ def write_report(out: Path, args, scale: Scale, manifest: dict, stages: list[Sta
 
 
 def write_dose_report(out: Path, args, scale: Scale, stages: list[Stage], total: float, arm_threads: int) -> Path:
-    """The dose-response report: compare's tables (per seed, pooled CMH across seeds) and the arms' telemetry."""
-    compare_md = (out / "compare" / "report.md").read_text()
+    """The dose-response report: compare's tables (per seed, pooled CMH across seeds) and the arms' telemetry.
+
+    Named by split (report-dev.md, compare-dev/, accuracy-dev.png), so the dev evaluation and the one
+    held-out evaluation of the same arms (--reuse-arms) sit side by side."""
+    compare_md = (out / f"compare-{args.split}" / "report.md").read_text()
     telemetry_md = (out / "telemetry.md").read_text()
     split = "held-out" if args.split == "heldout" else "dev (tuning split)"
     lines = [f"# KL dose-response: beta {', '.join(f'{b:g}' for b in args.betas)} x seeds {', '.join(map(str, args.seeds))}"
@@ -403,10 +407,11 @@ def write_dose_report(out: Path, args, scale: Scale, stages: list[Stage], total:
     for stage in stages:
         command = f"`{_display(stage.argv)}`" if stage.argv else "this script: data/*.jsonl, data/manifest.json"
         lines.append(f"| {stage.name} | {command} | {_minutes(stage.seconds)}{' (cached)' if stage.cached else ''} |")
-    lines += ["", "## Accuracy (posttrain compare)", "", _demote(compare_md.strip()), "", "![accuracy per arm](accuracy.png)", "",
+    lines += ["", "## Accuracy (posttrain compare)", "", _demote(compare_md.strip()), "",
+              f"![accuracy per arm](accuracy-{args.split}.png)", "",
               "## Training telemetry of the runs (posttrain report)", "", _demote(telemetry_md.strip()), "",
               "![telemetry](telemetry.png)", ""]
-    report = out / "report.md"
+    report = out / f"report-{args.split}.md"
     report.write_text("\n".join(lines))
     return report
 
@@ -523,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
                                 "--task", "arithmetic", "--data-seed", str(data_seed), "--n", str(scale.n_eval),
                                 "--seed", str(EVAL_SEED), "--max-new-tokens", str(scale.max_new_tokens),
                                 "--out", _path(out / "compare"), "--plot", _path(out / "accuracy.png")])
+    if args.betas is not None:  # one report per split (see write_dose_report)
+        compare.argv[-3:] = [_path(out / f"compare-{args.split}"), "--plot", _path(out / f"accuracy-{args.split}.png")]
     telemetry = Stage("telemetry", ["report", *[_path(arms_dir / n) for n in args.arms], "--bins", "4",
                                     "--plot", _path(out / "telemetry.png"), "--out", _path(out / "telemetry.md")])
     for stage in (compare, telemetry):

@@ -173,9 +173,9 @@ def test_dose_response_with_seeds_and_gameable_reward_at_toy_size(fast_run, tmp_
         "beta0-s0": (0.0, 0), "beta0-s1": (0.0, 1), "beta1-s0": (1.0, 0), "beta1-s1": (1.0, 1)}
     resolved = (tmp_path / "arms" / "beta0-s0" / "resolved_recipe.yaml").read_text()
     assert "kl_rewards:lenient_format" in resolved and "kl_rewards:brevity" in resolved
-    report = (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report-heldout.md").read_text()
     assert "arms with several seeds" in report and "Cochran-Mantel-Haenszel by item" in report
-    compare = json.loads((tmp_path / "compare" / "report.json").read_text())
+    compare = json.loads((tmp_path / "compare-heldout" / "report.json").read_text())
     assert [g["arm"] for g in compare["seed_groups"]] == ["beta0", "beta1"] and all(g["seeds"] == 2 for g in compare["seed_groups"])
     pairs = {(c["arm_a"], c["arm_b"], c["metric"]) for c in compare["pooled_comparisons"]}
     assert {("base", "beta0", "loose"), ("beta0", "beta1", "loose"), ("base", "beta1", "strict")} <= pairs
@@ -189,7 +189,8 @@ def test_dose_response_with_seeds_and_gameable_reward_at_toy_size(fast_run, tmp_
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert again.stdout.count("(--reuse-arms)") == 4 and "[beta0-s0] posttrain train" not in again.stdout
     assert {p: p.stat().st_mtime_ns for p in weights} == weights
-    assert "dev (tuning split)" in (tmp_path / "report.md").read_text()
+    assert "dev (tuning split)" in (tmp_path / "report-dev.md").read_text()
+    assert (tmp_path / "report-heldout.md").is_file() and (tmp_path / "compare-dev" / "report.json").is_file()
     # A changed command (another reward) is not the same arm: it is retrained.
     third = subprocess.run([sys.executable, str(SCRIPT), "--fast", "--betas", "0", "--seeds", "0", "--reuse-arms",
                             "--quiet", "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=900)
