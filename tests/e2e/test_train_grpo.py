@@ -50,6 +50,16 @@ def test_beta_zero_has_no_kl_channel(beta_runs):
     assert all(r.get("kl", 0.0) == 0.0 for r in metrics(beta_runs / "beta0"))
 
 
+def test_the_reference_forward_runs_only_with_a_kl_term(beta_runs):
+    """time/logprobs_s times the no-grad log-prob forwards: the reference model's with beta > 0; with
+    beta = 0 and on-policy steps there is none at all (TRL builds no reference model)."""
+    with_kl = [r for r in metrics(beta_runs / "default") if "time/logprobs_s" in r]
+    without = [r for r in metrics(beta_runs / "beta0") if "time/logprobs_s" in r]
+    assert len(with_kl) == len(without) == 4
+    assert all(r["time/logprobs_s"] > 0 for r in with_kl) and all(r["time/logprobs_s"] == 0.0 for r in without)
+    assert all(0 < r["time/logprobs_s"] + r["time/optimizer_s"] < r["time/training_s"] for r in with_kl)
+
+
 def test_grpo_keeps_trl_clipping_and_gspo_gets_its_preset(cli, tmp_path, beta_runs, data_dir):
     grpo_config = json.loads((beta_runs / "default" / "trl_config.json").read_text())
     assert (grpo_config["epsilon"], grpo_config["epsilon_high"], grpo_config["importance_sampling_level"]) == (0.2, None, "token")
@@ -133,6 +143,8 @@ def test_learning_run_is_healthy_and_measures_its_speed(beta_runs):
     # generation + scoring + training add up to the step time
     assert speed["generation_s"] > 0 and speed["scoring_s"] > 0 and speed["training_s"] > 0
     assert speed["generation_s"] + speed["scoring_s"] + speed["training_s"] == pytest.approx(speed["step_s"], rel=0.01)
+    assert 0 < speed["logprobs_s"] + speed["optimizer_s"] < speed["training_s"]  # parts of training time
+    assert speed["optimizer_s"] > 0
     records = [r for r in metrics(beta_runs / "default") if "loss" in r]
     assert all(r["speed/tokens_per_s"] > 0 and r["time/generation_s"] > 0 for r in records[1:])
     # tokens/s is TRL's non-padding token count over step time

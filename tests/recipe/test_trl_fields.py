@@ -7,7 +7,7 @@ import pytest
 from posttrain.recipe.ranges import range_for
 import trl
 
-from posttrain.algorithms.trl_config import build_trl_config
+from posttrain.algorithms.trl_config import build_trl_config, runtime_defaults
 from posttrain.models.loading import DeviceInfo
 from posttrain.recipe.errors import RecipeError
 from posttrain.recipe.load import load_recipe
@@ -131,6 +131,18 @@ def test_real_config_gets_recipe_values_and_cpu_precision():
     assert (config.learning_rate, config.max_steps, config.lr_scheduler_type.value) == (1e-5, 7, "cosine")
     assert config.bf16 is False  # TRL's default is bf16=True even on CPU: 6x slower there
     assert config.activation_checkpointing_kwargs == {"use_reentrant": False}
+
+
+def test_activation_checkpointing_is_chosen_per_device_unless_the_recipe_sets_it():
+    """Off on CPU (recomputation only costs time there: benchmarks/grpo_step.py), on for CUDA (memory)."""
+    cuda = DeviceInfo("cuda", bf16=True)
+    for algorithm in ("sft", "dpo", "grpo"):
+        recipe = load_recipe(None, raw=base_recipe(algorithm)).recipe
+        assert build_trl_config(recipe, CPU, data_format=None).activation_checkpointing is False
+        assert runtime_defaults(recipe, cuda, None)["activation_checkpointing"][0] is True
+    chosen = load_recipe(None, raw=base_recipe("grpo", activation_checkpointing=True)).recipe
+    assert build_trl_config(chosen, CPU, data_format=None).activation_checkpointing is True
+    assert "activation_checkpointing" not in runtime_defaults(chosen, CPU, None)
 
 
 def test_cpt_preset_packs_fixed_blocks():

@@ -2,6 +2,7 @@
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -13,8 +14,13 @@ from posttrain.rewards.http import RewardServiceError
 class Scorer:
     """A reward service: pays 1.0 when the completion contains the gold answer; can fail first."""
 
-    def __init__(self, fail_first: int = 0, status: int | str = 503, answer: dict | None = None):
+    def __init__(self, fail_first: int = 0, status: int | str = 503, answer: dict | None = None, delay: float = 0.0,
+                 fail_when: str | None = None):
         self.fail_first, self.status, self.answer = fail_first, status, answer
+        self.delay = delay  # seconds each answer takes: a slow service
+        self.fail_when = fail_when  # answer 400 to a request whose completions contain this text
+        self.in_flight = self.most_in_flight = 0  # requests being answered at once, and the most seen
+        self.lock = threading.Lock()
         self.retry_after = None
         self.requests: list[dict] = []
         self.headers: list[dict] = []
@@ -23,8 +29,22 @@ class Scorer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                scorer.requests.append(body)
-                scorer.headers.append(dict(self.headers))
+                with scorer.lock:
+                    scorer.requests.append(body)
+                    scorer.headers.append(dict(self.headers))
+                    scorer.in_flight += 1
+                    scorer.most_in_flight = max(scorer.most_in_flight, scorer.in_flight)
+                time.sleep(scorer.delay)  # the service "working": requests counted in flight overlap here
+                with scorer.lock:
+                    scorer.in_flight -= 1  # before answering: the client may send its next request as soon as it has this one
+                self.answer_request(body)
+
+            def answer_request(self, body):
+                if scorer.fail_when and any(scorer.fail_when in c for c in body["completions"]):
+                    self.send_response(400)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if len(scorer.requests) <= scorer.fail_first and scorer.status == "truncate":
                     self.send_response(200)
                     self.send_header("Content-Length", "100")  # promises 100 bytes, sends 10, closes
@@ -76,8 +96,8 @@ def test_posts_completions_and_json_columns_only(scorer):
     reward = get_reward("http", url=server.url, batch_size=2)
     out = reward(["it is 5", "7", "no"], answer=["5", "8", "1"], difficulty=[1, 2, 3], **TRL_EXTRAS)
     assert out == [1.0, 0.0, 0.0] and reward.__name__ == "http"
-    assert len(server.requests) == 2  # batches of 2 and 1
-    first = server.requests[0]
+    assert len(server.requests) == 2  # batches of 2 and 1 (sent together: either may arrive first)
+    first = next(r for r in server.requests if r["prompts"][0] == "p1")
     assert first["prompts"] == ["p1", "p2"] and first["completions"] == ["it is 5", "7"]
     assert first["columns"] == {"answer": ["5", "8"], "difficulty": [1, 2]}  # no trainer_state, no ids
 
@@ -163,3 +183,31 @@ def test_a_redirect_is_not_followed_with_the_key(http_server, monkeypatch):
     with pytest.raises(RewardServiceError, match="HTTP 308, a redirect, not followed"):
         get_reward("http", url=redirecting.url + "/score", api_key_env="SCORER_KEY", retries=0)(["5"], answer=["5"])
     assert elsewhere.requests == []
+
+
+def test_batches_go_out_together_up_to_max_concurrency(scorer):
+    """A slow service sees the batches of one call overlap (at most max_concurrency at once), and the
+    rewards still come back in the completions' order. Wall time is a benchmark (grpo_step.py --http)."""
+    completions = [f"answer {i}" for i in range(8)]
+    gold = [str(i) if i % 2 else "x" for i in range(8)]
+    expected = [1.0 if i % 2 else 0.0 for i in range(8)]
+    for concurrency, most in ((8, 8), (3, 3), (1, 1)):
+        server = scorer(delay=0.1)
+        out = get_reward("http", url=server.url, batch_size=1, max_concurrency=concurrency)(completions, answer=gold)
+        assert out == expected
+        assert len(server.requests) == 8
+        assert server.most_in_flight == most if most == 1 else 2 <= server.most_in_flight <= most, (concurrency, server.most_in_flight)
+
+
+def test_concurrent_batches_keep_the_failure_policy(scorer):
+    server = scorer(delay=0.05, fail_when="bad")
+    completions, gold = ["5", "bad 6", "7", "8"], ["5", "6", "7", "0"]
+    assert get_reward("http", url=server.url, batch_size=1, on_error="skip")(completions, answer=gold) == [1.0, None, 1.0, 0.0]
+    with pytest.raises(RewardServiceError, match="HTTP 400"):
+        get_reward("http", url=server.url, batch_size=1)(completions, answer=gold)
+
+
+@pytest.mark.parametrize("options", [{"max_concurrency": 0}, {"batch_size": 0}, {"max_concurrency": 2.5}, {"on_error": "ignore"}])
+def test_bad_option_values_fail_when_the_recipe_loads(options):
+    with pytest.raises(ValueError, match=next(iter(options))):
+        get_reward("http", url="http://127.0.0.1:9/score", **options)

@@ -6,8 +6,10 @@ checks (`posttrain.monitoring.health`) on the records so far, prints each flag t
 fires, and, when the flag is in ``training.stop_on``, stops the run and saves a checkpoint there.
 At the end it prints the health section; `summary()` goes into run_summary.json.
 
-`StepTimers` is filled by the GRPO trainer's wrapped generation and reward methods
-(`attach_timers`): seconds spent generating and scoring, and the share of empty <think> blocks.
+`StepTimers` is filled by the GRPO trainer's wrapped generation, reward and log-prob methods
+(`attach_timers`) and by the optimizer-step callbacks: seconds spent generating, scoring, in the
+no-grad log-prob forwards (reference model, old policy) and in the optimizer, and the share of
+empty <think> blocks.
 """
 
 from __future__ import annotations
@@ -25,22 +27,37 @@ from posttrain.monitoring.speed import flops_per_token, mfu
 class StepTimers:
     generation_s: float = 0.0
     scoring_s: float = 0.0
+    logprobs_s: float = 0.0  # no-grad log-prob forwards: the reference model (beta > 0), the old policy (off-policy steps)
+    optimizer_s: float = 0.0  # optimizer.step() (gradient clipping and the backward pass are not in it)
     empty_think: list = field(default_factory=list)
 
-    def take(self) -> tuple[float, float, float | None]:
-        """(generation seconds, scoring seconds, mean empty-think share) since the last take."""
-        out = (self.generation_s, self.scoring_s, sum(self.empty_think) / len(self.empty_think) if self.empty_think else None)
-        self.generation_s = self.scoring_s = 0.0
+    def take(self) -> dict:
+        """Seconds per part and the mean empty-think share (or None) since the last take."""
+        out = {"generation_s": self.generation_s, "scoring_s": self.scoring_s, "logprobs_s": self.logprobs_s,
+               "optimizer_s": self.optimizer_s,
+               "empty_think": sum(self.empty_think) / len(self.empty_think) if self.empty_think else None}
+        self.generation_s = self.scoring_s = self.logprobs_s = self.optimizer_s = 0.0
         self.empty_think = []
         return out
 
 
+def _sync(tensor) -> None:
+    """Wait for a GPU's queued work so that a timer measures the computation, not its launch."""
+    if getattr(getattr(tensor, "device", None), "type", "cpu") == "cuda":
+        import torch
+
+        torch.cuda.synchronize(tensor.device)
+
+
 def attach_timers(trainer, timers: StepTimers) -> None:
-    """Time TRL's GRPOTrainer._generate (generation) and _calculate_rewards (scoring) on this trainer
-    instance; the reward call also measures empty <think> blocks in the completions it scores.
-    Both are TRL 1.x private methods: if one is missing the split is simply not logged."""
+    """Time TRL's GRPOTrainer._generate (generation), _calculate_rewards (scoring) and the no-grad
+    calls of _get_per_token_logps_and_entropies (the reference model's and the old policy's log-probs;
+    the loss's own call runs with gradients and stays in training time) on this trainer instance;
+    the reward call also measures empty <think> blocks in the completions it scores.
+    All are TRL 1.x private methods: if one is missing the split is simply not logged."""
     generate = getattr(trainer, "_generate", None)
     rewards = getattr(trainer, "_calculate_rewards", None)
+    logprobs = getattr(trainer, "_get_per_token_logps_and_entropies", None)
     if generate is None or rewards is None:
         return
 
@@ -61,6 +78,20 @@ def attach_timers(trainer, timers: StepTimers) -> None:
 
     trainer._generate = timed_generate
     trainer._calculate_rewards = timed_rewards
+    if logprobs is None:
+        return
+    import torch
+
+    def timed_logprobs(*args, **kwargs):
+        if torch.is_grad_enabled():
+            return logprobs(*args, **kwargs)
+        started = time.perf_counter()
+        out = logprobs(*args, **kwargs)
+        _sync(out[0])
+        timers.logprobs_s += time.perf_counter() - started
+        return out
+
+    trainer._get_per_token_logps_and_entropies = timed_logprobs
 
 
 class RunMonitor(TrainerCallback):
@@ -80,7 +111,8 @@ class RunMonitor(TrainerCallback):
         self._interval_s = 0.0
         self._interval_steps = 0
         self._last_tokens: float | None = None
-        self.totals = {"step_s": 0.0, "steps": 0, "tokens": 0.0, "token_s": 0.0, "generation_s": 0.0, "scoring_s": 0.0}
+        self.totals = {"step_s": 0.0, "steps": 0, "tokens": 0.0, "token_s": 0.0, "generation_s": 0.0, "scoring_s": 0.0,
+                       "logprobs_s": 0.0, "optimizer_s": 0.0}
 
     # -- timing -----------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
@@ -93,6 +125,16 @@ class RunMonitor(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._step_started = time.perf_counter()
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        if self.timers is not None:
+            self._optimizer_started = time.perf_counter()
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        started = getattr(self, "_optimizer_started", None)
+        if self.timers is not None and started is not None:
+            self.timers.optimizer_s += time.perf_counter() - started
+            self._optimizer_started = None
 
     def on_step_end(self, args, state, control, **kwargs):
         if self._step_started is not None:
@@ -145,13 +187,16 @@ class RunMonitor(TrainerCallback):
         if tokens is not None:
             self._last_tokens = float(tokens)
         if self.timers is not None:
-            generation, scoring, empty = self.timers.take()
+            parts = self.timers.take()
+            generation, scoring, empty = parts["generation_s"], parts["scoring_s"], parts["empty_think"]
             if steps:
                 logs["time/generation_s"] = round(generation / steps, 4)
                 logs["time/scoring_s"] = round(scoring / steps, 4)
                 logs["time/training_s"] = round(max(0.0, seconds - generation - scoring) / steps, 4)
-                self.totals["generation_s"] += generation
-                self.totals["scoring_s"] += scoring
+                logs["time/logprobs_s"] = round(parts["logprobs_s"] / steps, 4)  # part of training_s
+                logs["time/optimizer_s"] = round(parts["optimizer_s"] / steps, 4)  # part of training_s
+                for key in ("generation_s", "scoring_s", "logprobs_s", "optimizer_s"):
+                    self.totals[key] += parts[key]
             if empty is not None:
                 logs[EMPTY_THINK_KEY] = round(empty, 4)
 
@@ -175,4 +220,6 @@ class RunMonitor(TrainerCallback):
             speed["generation_s"] = round(t["generation_s"] / t["steps"], 4)
             speed["scoring_s"] = round(t["scoring_s"] / t["steps"], 4)
             speed["training_s"] = round(max(0.0, t["step_s"] - t["generation_s"] - t["scoring_s"]) / t["steps"], 4)
+            speed["logprobs_s"] = round(t["logprobs_s"] / t["steps"], 4)
+            speed["optimizer_s"] = round(t["optimizer_s"] / t["steps"], 4)
         return {"speed": speed, "health": [f.as_dict() for f in self.flags], "stopped_by": self.stopped_by}

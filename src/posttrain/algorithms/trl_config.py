@@ -18,6 +18,10 @@ def runtime_defaults(recipe: Recipe, device, data_format: str | None) -> dict[st
         out["bf16"] = (use_bf16, f"{device.kind}: " + ("bf16 supported" if use_bf16 else "float32 (no native bf16)"))
     if recipe.training.algorithm in ("sft", "sft_vlm") and data_format == "messages" and "assistant_only_loss" not in set_keys:
         out["assistant_only_loss"] = (True, "messages data: loss on assistant turns only")
+    if "activation_checkpointing" not in set_keys:
+        on = device.kind == "cuda"
+        out["activation_checkpointing"] = (on, "cuda: recompute activations in the backward pass to save GPU memory" if on else
+                                           f"{device.kind}: off, memory is not the limit here and recomputing only costs time")
     if device.kind == "cpu" and "use_cpu" not in set_keys:
         # Without it, accelerate does not recognise several CPU processes as one job: torchrun's gloo
         # group exists but the model is never wrapped in DDP, so ranks train alone (README: "2x loss").

@@ -9,6 +9,10 @@ Defaults that depend on the machine or the data are resolved when the run starts
   it and float32 elsewhere (bf16 on a CPU without bf16 instructions is ~6x slower).
 - SFT on `messages` data trains on assistant turns only (TRL: `assistant_only_loss=True`);
   prompt/completion data trains on the completion only (TRL's own default).
+- activation checkpointing: on for CUDA (GPU memory is what limits batch and sequence length), off
+  on CPU and MPS, where memory is rarely the limit and recomputing every layer's activations in the
+  backward pass only costs time (GRPO on tiny:qwen2-6m: 1.2x slower per step with it on, see
+  benchmarks/grpo_step.py). TRL's own default is on everywhere.
 - `use_cpu=True` on machines without a GPU. Without it, N processes started by torchrun on CPU
   are not one job: accelerate's `PartialState` (state.py `_prepare_backend`) picks
   `DistributedType.MULTI_CPU` only when asked for the CPU, else `NO`; transformers still opens the
@@ -21,10 +25,9 @@ Defaults that depend on the machine or the data are resolved when the run starts
 from __future__ import annotations
 
 COMMON: dict[str, object] = {
-    # TRL turns checkpointing on through `gradient_checkpointing`, a name transformers 5 deprecated;
-    # posttrain states it under the new name. Non-reentrant works with LoRA (frozen inputs) and is
-    # what PyTorch recommends. Tiny CPU models run faster with activation_checkpointing=false.
-    "activation_checkpointing": True,
+    # TRL turns checkpointing on through `gradient_checkpointing`, a name transformers 5 deprecated.
+    # Whether it is on is decided per device at start-up (see the module docstring); how it runs when
+    # on is stated here: non-reentrant works with LoRA (frozen inputs) and is what PyTorch recommends.
     "activation_checkpointing_kwargs": {"use_reentrant": False},
     # A run killed mid-way and started again with the same command continues where it stopped.
     "resume_from_checkpoint": "auto",

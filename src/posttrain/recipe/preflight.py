@@ -106,6 +106,47 @@ def vllm_problems() -> list[str]:
     return problems
 
 
+# flash_attention_N -> (module transformers imports, pip package, lowest CUDA compute capability), from
+# transformers' FLASH_ATTENTION_COMPATIBILITY_MATRIX (modeling_flash_attention_utils.py).
+FLASH_ATTENTION = {
+    "flash_attention_2": ("flash_attn", "pip install flash-attn --no-build-isolation", 8.0),
+    "flash_attention_3": ("flash_attn_interface", "FlashAttention-3 (flash-attn-3, built from the flash-attention "
+                          "repository's hopper/ folder)", 8.0),
+    "flash_attention_4": ("flash_attn", "pip install flash-attn-4", 9.0),
+}
+
+
+def kernel_problems(recipe) -> list[Problem]:
+    """GPU kernels the recipe asks for that this machine cannot run: Liger (training.use_liger_kernel) and
+    the attention implementation (model.attn_implementation). transformers would fail only when the
+    model loads or the trainer starts, after the data step; these fail in `posttrain validate`."""
+    problems = []
+    if getattr(recipe.training, "use_liger_kernel", False):
+        key = "training.use_liger_kernel"
+        if importlib.util.find_spec("liger_kernel") is None:
+            problems.append(Problem(key, "needs the liger-kernel package, which is not installed: pip install liger-kernel "
+                                         "(or set training.use_liger_kernel=false)."))
+        if not has_cuda():
+            problems.append(Problem(key, "Liger's kernels are Triton GPU kernels: they need a CUDA GPU and none is visible; "
+                                         "set training.use_liger_kernel=false on this machine."))
+    attn = recipe.model.attn_implementation
+    key = "model.attn_implementation"
+    if attn in FLASH_ATTENTION:
+        module, install, capability = FLASH_ATTENTION[attn]
+        if not has_cuda():
+            problems.append(Problem(key, f"{attn} needs a CUDA GPU and none is visible; use sdpa (or remove the key) on this machine."))
+        else:
+            found = gpu_compute_capability()
+            if found is not None and found < capability:
+                problems.append(Problem(key, f"{attn} needs a GPU of compute capability {capability} or newer; this one is {found}. "
+                                             "Use sdpa (or flash_attention_2 on Ampere and newer)."))
+        if importlib.util.find_spec(module) is None:
+            problems.append(Problem(key, f"{attn} needs its package, which is not installed: {install} (or use sdpa)."))
+    elif attn is not None and "/" in attn and importlib.util.find_spec("kernels") is None:
+        problems.append(Problem(key, f"the hub kernel {attn!r} needs the kernels package: pip install kernels (or use sdpa)."))
+    return problems
+
+
 def model_name_problems(name: str) -> list[Problem]:
     if name.startswith("tiny:") or name == "tiny":
         from posttrain.models.tiny import parse_tiny_spec
@@ -195,6 +236,7 @@ def preflight(recipe: Recipe) -> None:
     if (model.load_in_4bit or model.load_in_8bit) and training.distributed is None and deepspeed_stage(training) == 3:
         problems.append(Problem("training.deepspeed", "a ZeRO stage 3 config with a quantised base (QLoRA): ZeRO-3 cannot partition "
                                 "bitsandbytes' packed 4/8-bit weights here; use stage 2, or drop model.load_in_4bit."))
+    problems += kernel_problems(recipe)
     if getattr(training, "use_vllm", False):
         problems += [Problem("training.use_vllm", p + " Or set training.use_vllm=false (generation with transformers).") for p in vllm_problems()]
     out = Path(recipe.training.output_dir).expanduser()

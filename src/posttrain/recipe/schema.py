@@ -59,7 +59,13 @@ class ModelSection(Section):
     torch_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Weights' dtype. 'auto': bfloat16 on CUDA devices that support it, float32 on CPU and MPS."
     )
-    attn_implementation: str | None = Field(None, description="'eager', 'sdpa', 'flash_attention_2', ... (transformers' default when unset).")
+    attn_implementation: str | None = Field(
+        None,
+        description="Attention kernel: 'eager', 'sdpa' (transformers' default when unset: PyTorch's fused attention, "
+        "on every device), 'flex_attention', 'flash_attention_2' / '_3' / '_4' (CUDA only, each needs its package: "
+        "flash-attn, flash-attn-3, flash-attn-4), 'paged|eager', or a hub kernel 'org/repo' (needs the kernels package). "
+        "Checked against the machine by `posttrain validate`.",
+    )
     use_lora: bool = Field(False, description="Train a LoRA adapter instead of all weights; checkpoints then hold only the adapter.")
     lora_r: StrictInt = Field(16, ge=1, description="LoRA rank.")
     lora_alpha: StrictInt = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r).")
@@ -87,6 +93,14 @@ class ModelSection(Section):
     @model_validator(mode="after")
     def _quantisation_needs_lora(self):
         problems = []
+        attn = self.attn_implementation
+        if attn is not None and attn not in ATTN_IMPLEMENTATIONS and not HUB_KERNEL.fullmatch(attn):
+            import difflib
+
+            close = difflib.get_close_matches(attn, ATTN_IMPLEMENTATIONS, n=1)
+            problems.append(("model.attn_implementation", f"{attn!r} is not an attention implementation transformers knows."
+                             + (f" Did you mean {close[0]!r}?" if close else "") + f" Choose one of {', '.join(ATTN_IMPLEMENTATIONS)}, "
+                             "a hub kernel 'org/repo', or remove the key (sdpa)."))
         if self.load_in_4bit and self.load_in_8bit:
             problems.append(("model.load_in_8bit", "load_in_4bit and load_in_8bit are both true; choose one (4-bit is QLoRA)."))
         if (self.load_in_4bit or self.load_in_8bit) and not self.use_lora:
@@ -100,6 +114,10 @@ class ModelSection(Section):
 
 
 LORA_KEYS = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save")
+# transformers 5's names (modeling_utils: "eager" + ALL_ATTENTION_FUNCTIONS.valid_keys()); a hub kernel
+# is 'org/repo' with an optional ':function' or '@revision' (transformers' kernels pattern).
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3", "flash_attention_4", "paged|eager")
+HUB_KERNEL = __import__("re").compile(r"[\w.-]+/[\w.-]+(@[\w.-]+)?(:[\w.]+)?")
 
 
 # ---------------------------------------------------------------------------------------- data
@@ -412,6 +430,9 @@ class TrainingBase(Section):
         if v("lr_scheduler_type") in ("reduce_lr_on_plateau", "greedy") and v("eval_strategy") == "no":
             out.append(("training.lr_scheduler_type", f"{v('lr_scheduler_type')!r} steps on the eval metric: it needs "
                         "training.eval_strategy (and evaluation data)."))
+        if self.model_fields_set & {"liger_kernel_config"} and self.liger_kernel_config is not None and not v("use_liger_kernel"):
+            out.append(("training.liger_kernel_config", "only applies with training.use_liger_kernel=true; set it, or remove "
+                        "liger_kernel_config."))
         if v("dataloader_prefetch_factor") is not None and not v("dataloader_num_workers"):
             out.append(("training.dataloader_prefetch_factor", "only applies with training.dataloader_num_workers > 0."))
         return out

@@ -210,6 +210,10 @@ def get_reward(name: str, **options: Any) -> RewardFn:
             "or give an import path 'package.module:function'."
         )
     _check_options(fn, label, options)
+    if name == "http":
+        from posttrain.rewards.http import check_options
+
+        check_options(**options)
 
     if inspect.iscoroutinefunction(fn):  # keep async rewards async: TRL awaits those
 

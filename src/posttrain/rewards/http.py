@@ -8,14 +8,20 @@
         retries: 3                     # extra attempts on connection errors, timeouts, cut-off answers, 429 and 5xx
         backoff: 0.5                   # seconds; the wait doubles per retry (with jitter, see posttrain.net.retry)
         retry_after_max: 60            # seconds; a server's Retry-After is honoured up to this
-        batch_size: 64                 # completions per request
+        batch_size: 64                 # completions per request (1 for a service that scores one at a time)
+        max_concurrency: 8             # requests in flight at once when a step has several batches; 1: one after another
         on_error: fail                 # fail: stop the run | skip: this reward is None for the batch
 
 Request body (JSON): {"prompts": [...], "completions": [...], "columns": {"answer": [...], ...}}
 with one entry per completion. Only JSON-serialisable values are sent: TRL also passes objects
 such as the trainer state to reward functions, and those never reach the wire.
 Response body: {"rewards": [float | null, ...]}, one per completion (null: no opinion).
-Requests go through posttrain's shared HTTP client (connections reused between batches).
+Requests go through posttrain's shared HTTP client (connections reused between batches). The
+batches of one call go out together, at most `max_concurrency` at a time (threads; the client's
+pool is thread-safe), so a slow service costs a step about one request's latency, not one per
+batch: 8 batches against a service that takes 0.3 s each took 0.31 s instead of 2.4 s
+(benchmarks/grpo_step.py --http). Rewards come back in the completions' order whatever order the
+answers arrive in.
 With `on_error: skip`, every failure of a batch (after its retries) gives None rewards; TRL ignores a None reward for that completion (it is not counted as 0).
 """
 
@@ -24,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from posttrain.net.http import HTTPStatusError, TransportError, is_retryable, retry_after_of, send
@@ -93,6 +100,21 @@ def _post(url: str, body: dict, headers: dict, timeout: float, policy: RetryPoli
     raise RewardServiceError(f"reward service {shown} failed after {attempts[0]} attempts (last: {last})")
 
 
+def check_options(**options: Any) -> None:
+    """The option values that would fail a run, checked when the recipe loads (ValueError names the option).
+
+    >>> check_options(url="http://x/score", max_concurrency=0)
+    Traceback (most recent call last):
+    ValueError: http reward: max_concurrency must be a whole number >= 1, not 0
+    """
+    if options.get("on_error", "fail") not in ("fail", "skip"):
+        raise ValueError(f"http reward: on_error must be 'fail' or 'skip', not {options['on_error']!r}")
+    for name in ("batch_size", "max_concurrency"):
+        value = options.get(name, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"http reward: {name} must be a whole number >= 1, not {value!r}")
+
+
 def http_reward(
     completions: list,
     *,
@@ -102,14 +124,15 @@ def http_reward(
     backoff: float = 0.5,
     retry_after_max: float = 60.0,
     batch_size: int = 64,
+    max_concurrency: int = 8,
     on_error: str = "fail",
     api_key_env: str | None = None,
     headers: dict | None = None,
     **kwargs: Any,
 ) -> list[float | None]:
-    """POST completions (and the dataset's columns) to `url` in batches; return its rewards."""
-    if on_error not in ("fail", "skip"):
-        raise ValueError(f"http reward: on_error must be 'fail' or 'skip', not {on_error!r}")
+    """POST completions (and the dataset's columns) to `url` in batches, up to `max_concurrency` at
+    once; return its rewards in the completions' order."""
+    check_options(batch_size=batch_size, max_concurrency=max_concurrency, on_error=on_error)
     sent_headers = dict(headers or {})
     if api_key_env:
         key = os.environ.get(api_key_env)
@@ -119,15 +142,24 @@ def http_reward(
     policy = RetryPolicy(retries=retries, backoff=backoff, retry_after_max=retry_after_max)
     prompts = kwargs.get("prompts") or [None] * len(completions)
     columns = jsonable_columns(kwargs)
-    rewards: list[float | None] = []
-    for start in range(0, len(completions), batch_size):
-        end = start + batch_size
-        body = {"prompts": prompts[start:end], "completions": completions[start:end], "columns": {k: v[start:end] for k, v in columns.items()}}
+    bodies = [{"prompts": prompts[start:start + batch_size], "completions": completions[start:start + batch_size],
+               "columns": {k: v[start:start + batch_size] for k, v in columns.items()}}
+              for start in range(0, len(completions), batch_size)]
+
+    def score(body: dict) -> list[float | None]:
         try:
-            rewards += _post(url, body, sent_headers, timeout, policy)
+            return _post(url, body, sent_headers, timeout, policy)
         except RewardServiceError:
             if on_error == "fail":
                 raise
             logger.warning("http reward: skipping %d completions after the service failed", len(body["completions"]))
-            rewards += [None] * len(body["completions"])
-    return rewards
+            return [None] * len(body["completions"])
+
+    if len(bodies) <= 1 or max_concurrency == 1:
+        return [r for body in bodies for r in score(body)]
+    pool = ThreadPoolExecutor(max_workers=min(max_concurrency, len(bodies)), thread_name_prefix="http-reward")
+    try:
+        futures = [pool.submit(score, body) for body in bodies]
+        return [r for future in futures for r in future.result()]  # the first failure (in batch order) is raised
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # with on_error=fail, batches not yet sent are not sent
