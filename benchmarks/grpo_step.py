@@ -2,6 +2,7 @@
 
     python benchmarks/grpo_step.py                       # tiny:qwen2-1m and 6m, 9 steps, median of 3
     python benchmarks/grpo_step.py --sizes 1m --repeats 1 --steps 4 --contestants before after
+    python benchmarks/grpo_step.py --http                # the http reward: requests one at a time vs concurrent
 
 Runs `posttrain train` on recipes/grpo/tiny-cpu.yaml without its activation_checkpointing line (so
 the defaults decide), with a reward the random model earns (benchmarks/overhead_rewards.py: the
@@ -54,10 +55,12 @@ def run_once(cmd: list[str], env: dict, out_dir: Path) -> dict:
     median: with steps_per_generation=4 only every 4th step generates)."""
     shutil.rmtree(out_dir, ignore_errors=True)
     started = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{output[-5000:]}")
     records = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     steps = [r for r in records if "time/training_s" in r and r.get("step", 0) > 1]
     split = {}
@@ -66,6 +69,8 @@ def run_once(cmd: list[str], env: dict, out_dir: Path) -> dict:
     split["rest_s"] = max(0.0, split["training_s"] - split["logprobs_s"] - split["optimizer_s"])
     split["step_s"] = split["generation_s"] + split["scoring_s"] + split["training_s"]
     split["wall_s"] = wall
+    # CPU seconds of the whole process (user + system): barely moves when other work shares the machine
+    split["cpu_s"] = usage.ru_utime + usage.ru_stime
     split["kl_last"] = next((r["kl"] for r in reversed(records) if "kl" in r), None)
     split["checkpointing"] = _resolved_checkpointing(out_dir)
     return split
@@ -76,6 +81,53 @@ def _resolved_checkpointing(out_dir: Path) -> bool:
     return bool(config.get("activation_checkpointing", config.get("gradient_checkpointing")))
 
 
+def http_scoring(repeats: int, completions: int = 8, delay: float = 0.3) -> dict:
+    """The http reward against a real local service that takes `delay` seconds per request: one
+    step's completions sent one per request, one after another (max_concurrency=1) vs together."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    sys.path.insert(0, str(REPO / "src"))
+    from posttrain.rewards.builtin import get_reward
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            time.sleep(delay)
+            payload = json.dumps({"rewards": [float(len(c)) for c in body["completions"]]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/score"
+    texts = [f"completion {i}" * (i + 1) for i in range(completions)]
+    times: dict[str, list[float]] = {"one at a time": [], "concurrent": []}
+    outputs = {}
+    for i in range(repeats):
+        for name in (times if i % 2 == 0 else list(reversed(times))):
+            reward = get_reward("http", url=url, batch_size=1, max_concurrency=1 if name == "one at a time" else 8)
+            started = time.perf_counter()
+            outputs[name] = reward(texts)
+            times[name].append(time.perf_counter() - started)
+    server.shutdown()
+    assert outputs["one at a time"] == outputs["concurrent"] == [float(len(t)) for t in texts]
+    result = {name: round(statistics.median(v), 3) for name, v in times.items()}
+    result["speedup"] = round(result["one at a time"] / result["concurrent"], 2)
+    result["setup"] = f"{completions} completions, batch_size=1, service latency {delay} s per request, median of {repeats}"
+    print(f"\nhttp reward scoring one step ({result['setup']}; same rewards both ways)")
+    print("| requests | seconds | speed-up |\n|---|---|---|")
+    print(f"| one at a time (max_concurrency=1) | {result['one at a time']:.3f} | 1.00x |")
+    print(f"| concurrent (max_concurrency=8, the default) | {result['concurrent']:.3f} | {result['speedup']:.2f}x |")
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="+", default=["1m", "6m"], choices=["1m", "2m", "6m"])
@@ -84,7 +136,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=9, help="steps per run; 9 = step 1 (left out) + 8 measured, "
                         "which hold exactly 2 generations with steps_per_generation=4")
     parser.add_argument("--out", default=str(HERE / "results" / "grpo_step.json"))
+    parser.add_argument("--http", action="store_true", help="only the http reward: one request at a time vs concurrent")
     args = parser.parse_args()
+    if args.http:
+        out = Path(args.out).with_name("grpo_http_scoring.json")
+        out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **http_scoring(args.repeats)}, indent=2) + "\n")
+        print(f"wrote {out}")
+        return
 
     sys.path.insert(0, str(REPO / "src"))
     from posttrain.data.synthetic import write_all
@@ -117,22 +175,26 @@ def main() -> None:
                 runs[name].append(split)
                 print(f"  {size} run {i + 1}/{args.repeats} {name:<7} step {split['step_s']:.3f} s  "
                       f"(gen {split['generation_s']:.3f}, score {split['scoring_s']:.3f}, logprobs {split['logprobs_s']:.3f}, "
-                      f"optim {split['optimizer_s']:.3f}, rest {split['rest_s']:.3f})  wall {split['wall_s']:.1f} s", flush=True)
-        table = {name: {k: round(statistics.median(r[k] for r in rs), 4) for k in (*PARTS, "step_s", "wall_s")}
+                      f"optim {split['optimizer_s']:.3f}, rest {split['rest_s']:.3f})  wall {split['wall_s']:.1f} s, "
+                      f"CPU {split['cpu_s']:.1f} s", flush=True)
+        table = {name: {k: round(statistics.median(r[k] for r in rs), 4) for k in (*PARTS, "step_s", "wall_s", "cpu_s")}
                  for name, rs in runs.items()}
         for name, rs in runs.items():
             table[name]["checkpointing"] = rs[0]["checkpointing"]
             table[name]["kl_last"] = rs[-1]["kl_last"]
-        first = table[args.contestants[0]]["step_s"]
+        first = table[args.contestants[0]]
         for row in table.values():
-            row["step_ratio_to_first"] = round(row["step_s"] / first, 3) if first else None
+            row["step_ratio_to_first"] = round(row["step_s"] / first["step_s"], 3) if first["step_s"] else None
+            row["cpu_ratio_to_first"] = round(row["cpu_s"] / first["cpu_s"], 3) if first["cpu_s"] else None
         result["sizes"][size] = table
         print(f"\ntiny:qwen2-{size}, s/step (median of {args.repeats}; share of the step in brackets)")
-        print("| contestant | checkpointing | generation | scoring | ref/old log-probs | optimizer | fwd+bwd+rest | step s | vs " + args.contestants[0] + " |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print(f"| contestant | checkpointing | generation | scoring | ref/old log-probs | optimizer | fwd+bwd+rest | step s | "
+              f"step vs {args.contestants[0]} | process CPU s | CPU vs {args.contestants[0]} |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for name, row in table.items():
             cells = " | ".join(f"{row[k]:.3f} ({100 * row[k] / row['step_s']:.0f}%)" for k in PARTS)
-            print(f"| {name} | {'on' if row['checkpointing'] else 'off'} | {cells} | {row['step_s']:.3f} | {row['step_ratio_to_first']:.2f}x |")
+            print(f"| {name} | {'on' if row['checkpointing'] else 'off'} | {cells} | {row['step_s']:.3f} | "
+                  f"{row['step_ratio_to_first']:.2f}x | {row['cpu_s']:.1f} | {row['cpu_ratio_to_first']:.2f}x |")
         print()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -11,8 +11,8 @@ Defaults that depend on the machine or the data are resolved when the run starts
   prompt/completion data trains on the completion only (TRL's own default).
 - activation checkpointing: on for CUDA (GPU memory is what limits batch and sequence length), off
   on CPU and MPS, where memory is rarely the limit and recomputing every layer's activations in the
-  backward pass only costs time (GRPO on tiny:qwen2-6m: 1.2x slower per step with it on, see
-  benchmarks/grpo_step.py). TRL's own default is on everywhere.
+  backward pass only costs time (measured in benchmarks/grpo_step.py). TRL's own default is on
+  everywhere.
 - `use_cpu=True` on machines without a GPU. Without it, N processes started by torchrun on CPU
   are not one job: accelerate's `PartialState` (state.py `_prepare_backend`) picks
   `DistributedType.MULTI_CPU` only when asked for the CPU, else `NO`; transformers still opens the
