@@ -90,11 +90,16 @@ def cmd_validate(args) -> int:
     from posttrain.recipe.load import format_differences, load_recipe, resolved_dict, to_yaml
     from posttrain.recipe.preflight import preflight
 
+    from posttrain.recipe.load import read_yaml
+    from posttrain.recipe.tasks import is_task_recipe
+
     recipe_path, overrides = _split_recipe_args(args)
-    if _is_task_recipe(recipe_path):
-        return _validate_task_recipe(recipe_path, overrides)
+    raw = read_yaml(recipe_path)  # read once: for the kind of recipe, then for the recipe itself
+    if is_task_recipe(raw):
+        return _validate_task_recipe(recipe_path, overrides, raw)
     with _planned_world_size(options_from_args(args)):
-        loaded = load_with_file_checks(load_recipe, recipe_path, overrides, machine=not args.schema_only)
+        loaded = load_with_file_checks(lambda path, items: load_recipe(path, items, raw=raw), recipe_path, overrides,
+                                       machine=not args.schema_only)
     if not args.schema_only:
         preflight(loaded.recipe)
     print(f"# {recipe_path}: valid ({loaded.recipe.training.algorithm})")
@@ -104,19 +109,12 @@ def cmd_validate(args) -> int:
     return 0
 
 
-def _is_task_recipe(path: str) -> bool:
-    from posttrain.recipe.load import read_yaml
-    from posttrain.recipe.tasks import is_task_recipe
-
-    return is_task_recipe(read_yaml(path))
-
-
-def _validate_task_recipe(path: str, overrides: list[str]) -> int:
+def _validate_task_recipe(path: str, overrides: list[str], raw: dict) -> int:
     """A generation/evaluation recipe (`inference:` / `evaluation:`): schema checks, printed resolved."""
     from posttrain.recipe.load import to_yaml
     from posttrain.recipe.tasks import load_task_recipe, resolved
 
-    recipe = load_task_recipe(path, overrides)
+    recipe = load_task_recipe(path, overrides, raw=raw)
     command = "generate" if recipe.inference is not None else ("eval" if recipe.evaluation.model else "compare")
     print(f"# {path}: valid (posttrain {command} --recipe {path})")
     print(to_yaml(resolved(recipe)), end="")

@@ -24,7 +24,7 @@ from . import yaml12
 from .errors import Problem, RecipeError, did_you_mean
 from .migrations import ALGORITHM_MIGRATIONS, fairl_signs, migration_for
 from .overrides import apply_overrides, format_path, parse_path
-from .schema import OWNED_ELSEWHERE, TRAINING_MODELS, Problems, Recipe
+from .schema import OWNED_ELSEWHERE, TRAINING_MODELS, Problems, Recipe, schema_for
 from .trl_fields import trl_fields
 
 
@@ -85,7 +85,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
             defaulted.add("training.output_dir")
 
     try:
-        recipe = Recipe.model_validate(raw)
+        recipe = schema_for(raw).model_validate(raw)  # builds the schema of this algorithm only
     except ValidationError as e:
         from .tasks import fairl_signs_in_task, is_task_recipe
 
@@ -160,7 +160,7 @@ def _model_at(parts: list, raw: dict, root: type[BaseModel] = Recipe) -> type[Ba
         if model.model_fields.get(part) is None:
             return None
         node = node.get(part) if isinstance(node, dict) else None
-        if part == "training" and model is Recipe:
+        if part == "training" and issubclass(model, Recipe):
             algorithm = node.get("algorithm") if isinstance(node, dict) else None
             model = TRAINING_MODELS.get(algorithm) if isinstance(algorithm, str) else None
         else:

@@ -12,6 +12,8 @@ answers in about a second.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, StrictBool, StrictInt, create_model, model_validator
@@ -559,24 +561,46 @@ class GSPOTrainingBase(RLTrainingBase):
         return out
 
 
-CPTTraining = _training_model("cpt", "sft")
-SFTVLMTraining = _training_model("sft_vlm", "sft")
-SFTTraining = _training_model("sft", "sft")
-DPOTraining = _training_model("dpo", "dpo")
-GRPOTraining = _training_model("grpo", "grpo", GRPOTrainingBase)
-GSPOTraining = _training_model("gspo", "grpo", GSPOTrainingBase)
-
-# algorithm -> its training section model; an algorithm joins here once it trains end to end.
-TRAINING_MODELS: dict[str, type[TrainingBase]] = {
-    "cpt": CPTTraining, "sft": SFTTraining, "sft_vlm": SFTVLMTraining, "dpo": DPOTraining, "grpo": GRPOTraining,
-    "gspo": GSPOTraining,
+# algorithm -> (its TRL config family, the base of its training section); an algorithm joins here
+# once it trains end to end.
+ALGORITHMS: dict[str, tuple[str, type[TrainingBase]]] = {
+    "cpt": ("sft", TrainingBase), "sft": ("sft", TrainingBase), "sft_vlm": ("sft", TrainingBase), "dpo": ("dpo", TrainingBase),
+    "grpo": ("grpo", GRPOTrainingBase), "gspo": ("grpo", GSPOTrainingBase),
 }
+
+
+class _TrainingModels(Mapping):
+    """algorithm -> its training section model, built the first time it is asked for.
+
+    Each model holds every field of a TRL config (~150) and takes pydantic ~20 ms to build; a run
+    needs one of the six, so building them all on import was most of `posttrain validate`'s time.
+    Membership and iteration read the names only and build nothing; `.values()` builds every one.
+    """
+
+    def __init__(self):
+        self._built: dict[str, type[TrainingBase]] = {}
+
+    def __getitem__(self, algorithm: str) -> type[TrainingBase]:
+        if algorithm not in self._built:
+            family, base = ALGORITHMS[algorithm]
+            self._built[algorithm] = _training_model(algorithm, family, base)
+        return self._built[algorithm]
+
+    def __contains__(self, algorithm) -> bool:
+        return algorithm in ALGORITHMS
+
+    def __iter__(self):
+        return iter(ALGORITHMS)
+
+    def __len__(self) -> int:
+        return len(ALGORITHMS)
+
+
+TRAINING_MODELS: Mapping[str, type[TrainingBase]] = _TrainingModels()
 RL_ALGORITHMS = ("grpo", "gspo")
 # Algorithms that read image/video columns: sft_vlm always has them; GRPO/GSPO when the prompts have images.
 VISION_ALGORITHMS = ("sft_vlm", "grpo", "gspo")
 VISION_DATA_KEYS = ("max_image_pixels", "video_fps", "video_max_frames")
-
-Training = Annotated[Union[tuple(TRAINING_MODELS.values())], Field(discriminator="algorithm")]
 
 
 # Data keys that only prompt-based algorithms read; elsewhere they would be silent no-ops.
@@ -598,9 +622,13 @@ COLUMNS_READ = {
 
 
 class Recipe(Section):
+    """A whole training recipe. Recipes are validated with `recipe_model(algorithm)`, this class with
+    that algorithm's training section (only that one is built); this base is never built itself."""
+
+    model_config = ConfigDict(defer_build=True)
     model: ModelSection
     data: DataSection
-    training: Training
+    training: TrainingBase
     tracking: TrackingSection = Field(default_factory=TrackingSection)
     s3: S3Section | None = Field(None, description="Upload checkpoints and the final model to S3 (or an S3-compatible store).")
 
@@ -743,3 +771,36 @@ class Recipe(Section):
             return [("training.early_stopping_patience", "training.early_stopping_patience needs evaluation (eval_strategy, "
                      "data.eval_datasets or eval_fraction) and training.load_best_model_at_end=true.")]
         return []
+
+
+@functools.cache
+def recipe_model(algorithm: str | None) -> type[Recipe]:
+    """The Recipe model for one algorithm, built on first use and kept.
+
+    With None (a recipe whose training.algorithm is missing, not a string or not one posttrain
+    runs) `training` is the tagged union of every algorithm's section, so pydantic itself reports
+    the bad tag, together with every other problem of the recipe, as it always has.
+    """
+    if algorithm is None:
+        training: Any = Annotated[Union[tuple(TRAINING_MODELS.values())], Field(discriminator="algorithm")]
+        name = "AnyAlgorithmRecipe"
+    else:
+        training, name = TRAINING_MODELS[algorithm], f"{algorithm.upper()}Recipe"
+    return create_model(name, __base__=Recipe, training=(training, ...))
+
+
+def schema_for(raw: dict) -> type[Recipe]:
+    """The model that validates this raw recipe mapping: its algorithm's, else the union (see recipe_model)."""
+    training = raw.get("training") if isinstance(raw, dict) else None
+    algorithm = training.get("algorithm") if isinstance(training, dict) else None
+    return recipe_model(algorithm if isinstance(algorithm, str) and algorithm in ALGORITHMS else None)
+
+
+def __getattr__(name: str):
+    """The lazily built classes by name (`schema.SFTTraining`, `schema.GRPORecipe`), as pickle looks them up."""
+    for algorithm in ALGORITHMS:
+        if name == f"{algorithm.upper()}Training":
+            return TRAINING_MODELS[algorithm]
+        if name == f"{algorithm.upper()}Recipe":
+            return recipe_model(algorithm)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
