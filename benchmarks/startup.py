@@ -1,0 +1,161 @@
+"""Start-up: how long `posttrain train` takes to reach its first training step, against a plain TRL script.
+
+    python benchmarks/startup.py                 # 5 alternated rounds (about 2 min on 2 idle cores)
+    python benchmarks/startup.py --repeats 1 --out /tmp/startup.json   # the toy run the test suite does
+
+Each round starts, as fresh processes and in alternating order, `posttrain train --recipe
+recipes/sft/tiny-cpu.yaml` and `_direct_trl.py sft` (the same run written directly against TRL: same
+tiny model, data, hyper-parameters and seed), both under `_startup_probe.py`, which records when
+each reached its first optimizer step and ends it there. Reported, as medians over the rounds:
+
+- seconds from process start to the end of step 1, for both, and their ratio (goal: 1.0);
+- posttrain's own recipe handling inside that run (reading the YAML, overrides, defaults, schema
+  validation, preflight, the diff against the defaults, the output_dir lock, the resolved recipe,
+  provenance; goal: < 0.2 s), split into the CLI's part and what the run does later;
+- `posttrain validate` on the same recipe, start to exit, beside `python -c pass` (the interpreter's
+  own start) for scale.
+
+The proof that both ran the same step: the checksum of the weights after step 1 must be equal.
+A warm-up round first (not counted) fills the OS file cache and the bytecode caches, as on any
+machine that has run posttrain before. Writes results/startup.json (or --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+RECIPE = "recipes/sft/tiny-cpu.yaml"
+
+
+def child_env() -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # a user's install has its .pyc files: let the warm-up write them
+    return env
+
+
+def probe(cmd: list[str], out: Path) -> dict:
+    """One fresh process under the probe: its milestones (seconds after it was started)."""
+    env = {**child_env(), "STARTUP_T0": repr(time.time())}
+    proc = subprocess.run([sys.executable, str(HERE / "_startup_probe.py"), str(out), *cmd], cwd=REPO, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0 or not out.exists():
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def wall(cmd: list[str]) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5, help="alternated rounds (medians are taken over them)")
+    parser.add_argument("--size", default="1m", choices=["1m", "2m", "6m"], help="the tiny model (recipes/sft/tiny-cpu.yaml uses 1m)")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "startup.json")
+    args = parser.parse_args(argv)
+
+    sys.path.insert(0, str(REPO / "src"))
+    from posttrain.models.tiny import resolve_tiny
+
+    model = f"tiny:qwen2-{args.size}"
+    model_dir = resolve_tiny(model)  # built once and cached: both contestants load the same folder
+    data = REPO / "examples" / "data" / "sft.jsonl"
+    work = Path(tempfile.mkdtemp(prefix="startup-"))
+
+    def contestants(i: int) -> dict[str, list[str]]:
+        return {
+            "posttrain": ["-m", "posttrain", "train", "--recipe", RECIPE, f"model.base_model_name={model}", f"data.datasets[0].name={data}",
+                          f"training.output_dir={work / f'posttrain-{i}'}"],
+            "trl": [str(HERE / "_direct_trl.py"), "sft", str(model_dir), str(data), str(work / f"trl-{i}"), "30"],
+        }
+
+    simple = {"validate": [sys.executable, "-m", "posttrain", "validate", RECIPE, f"model.base_model_name={model}"],
+              "python": [sys.executable, "-c", "pass"]}
+    runs: dict[str, list[dict]] = {"posttrain": [], "trl": []}
+    walls: dict[str, list[float]] = {"validate": [], "python": []}
+    try:
+        for i in range(-1, args.repeats):  # round -1: the warm-up
+            order = ["trl", "posttrain"] if i % 2 == 0 else ["posttrain", "trl"]
+            for name in order:
+                result = probe(contestants(i)[name], work / f"{name}-{i}.json")
+                if i >= 0:
+                    runs[name].append(result)
+                    print(f"  round {i + 1}/{args.repeats} {name:<9} step 1 at {result['marks']['step1']:6.2f} s"
+                          + (f"  (own recipe handling {result['own_s']:.3f} s)" if "own_s" in result else ""), flush=True)
+            for name in (simple if i % 2 == 0 else reversed(list(simple))):
+                seconds = wall(simple[name])
+                if i >= 0:
+                    walls[name].append(seconds)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    def med(name: str, key: str, kind: str = "marks") -> float:
+        return round(statistics.median(r[kind][key] for r in runs[name]), 3)
+
+    own_parts = {k: round(statistics.median(r["own_parts"].get(k, 0.0) for r in runs["posttrain"]), 4)
+                 for k in runs["posttrain"][0]["own_parts"]}
+    sums = {name: [r["param_sum"] for r in rs] for name, rs in runs.items()}
+    report = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "load_average_1min": round(os.getloadavg()[0], 2), "recipe": RECIPE, "model": model, "repeats": args.repeats,
+        "step1_s": {"posttrain": med("posttrain", "step1"), "trl": med("trl", "step1")},
+        "step1_cpu_s": {"posttrain": med("posttrain", "step1", "cpu"), "trl": med("trl", "step1", "cpu")},
+        "train_begin_s": {"posttrain": med("posttrain", "train_begin"), "trl": med("trl", "train_begin")},
+        "train_begin_cpu_s": {"posttrain": med("posttrain", "train_begin", "cpu"), "trl": med("trl", "train_begin", "cpu")},
+        "own_s": round(statistics.median(r["own_s"] for r in runs["posttrain"]), 4),
+        "own_cpu_s": round(statistics.median(r["own_cpu_s"] for r in runs["posttrain"]), 4),
+        "own_parts_s": own_parts,
+        "validate_s": round(statistics.median(walls["validate"]), 3), "python_s": round(statistics.median(walls["python"]), 3),
+        "same_step": all(a == b for a, b in zip(sums["posttrain"], sums["trl"])),
+        "param_sum_after_step1": {name: s[0] for name, s in sums.items()},
+    }
+    report["step1_ratio"] = round(report["step1_s"]["posttrain"] / report["step1_s"]["trl"], 3)
+    report["step1_cpu_ratio"] = round(report["step1_cpu_s"]["posttrain"] / report["step1_cpu_s"]["trl"], 3)
+    print(render(report))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def render(r: dict) -> str:
+    n = r["repeats"]
+    def row(label: str, key: str) -> str:
+        wall, cpu = r[f"{key}_s"], r[f"{key}_cpu_s"]
+        return (f"| {label} | {wall['posttrain']:.2f} s ({cpu['posttrain']:.2f} s CPU) | {wall['trl']:.2f} s ({cpu['trl']:.2f} s CPU) | "
+                f"{wall['posttrain'] / wall['trl']:.3f} ({cpu['posttrain'] / cpu['trl']:.3f} CPU) |")
+
+    rows = [
+        f"| start-up, {r['model']}, median of {n} | posttrain | plain TRL | ratio |",
+        "|---|---|---|---|",
+        row("process start -> end of step 1", "step1"),
+        row("process start -> trainer's on_train_begin", "train_begin"),
+        f"| posttrain's own recipe handling in that run | {r['own_s']:.3f} s ({r['own_cpu_s']:.3f} s CPU) | - | |",
+        f"| `posttrain validate` (vs `python -c pass`) | {r['validate_s']:.3f} s | {r['python_s']:.3f} s | |",
+        "",
+        "recipe handling, median seconds by part: " + ", ".join(f"{k} {v:.4f}" for k, v in r["own_parts_s"].items() if v >= 0.0005),
+        f"same step trained: {r['same_step']} (weights' checksum after step 1: posttrain {r['param_sum_after_step1']['posttrain']!r}, "
+        f"TRL {r['param_sum_after_step1']['trl']!r})",
+        f"load average (1 min) at the end: {r['load_average_1min']} on {r['machine']}",
+    ]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    main()
