@@ -1,7 +1,7 @@
 """Start-up: how long `posttrain train` takes to reach its first training step, against a plain TRL script.
 
     python benchmarks/startup.py                 # 5 alternated rounds (about 2 min on 2 idle cores)
-    python benchmarks/startup.py --repeats 1 --out /tmp/startup.json   # the toy run the test suite does
+    python benchmarks/startup.py --repeats 1 --warmup 0 --out /tmp/startup.json   # the test suite's toy run
 
 Each round starts, as fresh processes and in alternating order, `posttrain train --recipe
 recipes/sft/tiny-cpu.yaml` and `_direct_trl.py sft` (the same run written directly against TRL: same
@@ -67,6 +67,7 @@ def wall(cmd: list[str]) -> float:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5, help="alternated rounds (medians are taken over them)")
+    parser.add_argument("--warmup", type=int, default=1, help="rounds run first and not counted (0 in the test suite's toy run)")
     parser.add_argument("--size", default="1m", choices=["1m", "2m", "6m"], help="the tiny model (recipes/sft/tiny-cpu.yaml uses 1m)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "startup.json")
     args = parser.parse_args(argv)
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
     runs: dict[str, list[dict]] = {"posttrain": [], "trl": []}
     walls: dict[str, list[float]] = {"validate": [], "python": []}
     try:
-        for i in range(-1, args.repeats):  # round -1: the warm-up
+        for i in range(-args.warmup, args.repeats):  # negative rounds: the warm-up
             order = ["trl", "posttrain"] if i % 2 == 0 else ["posttrain", "trl"]
             for name in order:
                 result = probe(contestants(i)[name], work / f"{name}-{i}.json")
