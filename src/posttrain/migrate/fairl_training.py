@@ -64,13 +64,13 @@ MEDIA_LOADER_KEYS = {k for k in MEDIA_DATA_KEYS if k.endswith(("cache_dir", "fet
 def _posttrain_default(algorithm: str, key: str):
     """What posttrain would use for a training key the converted recipe leaves out."""
     from posttrain.recipe.defaults import defaults_for
-    from posttrain.recipe.schema import TRAINING_MODELS
+    from posttrain.recipe.schema import ALGORITHMS
     from posttrain.recipe.trl_fields import trl_fields
 
     ours = defaults_for(algorithm, {})
     if key in ours:
         return ours[key]
-    family = TRAINING_MODELS[algorithm]._family if algorithm in TRAINING_MODELS else "sft"
+    family = ALGORITHMS[algorithm][0] if algorithm in ALGORITHMS else "sft"  # no schema built to learn it
     spec = trl_fields(family).get(key)
     return spec["default"] if spec else None
 
