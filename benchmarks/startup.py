@@ -17,7 +17,9 @@ each reached its first optimizer step and ends it there. Reported, as medians ov
 
 The proof that both ran the same step: the checksum of the weights after step 1 must be equal.
 A warm-up round first (not counted) fills the OS file cache and the bytecode caches, as on any
-machine that has run posttrain before. Writes results/startup.json (or --out).
+machine that has run posttrain before. `--baseline SRC` adds posttrain from another source tree
+as a third contestant (before/after a change, in one alternated run). Writes
+results/startup.json (or --out).
 """
 
 from __future__ import annotations
@@ -39,15 +41,15 @@ REPO = HERE.parent
 RECIPE = "recipes/sft/tiny-cpu.yaml"
 
 
-def child_env() -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+def child_env(src: Path = REPO / "src") -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # a user's install has its .pyc files: let the warm-up write them
     return env
 
 
-def probe(cmd: list[str], out: Path) -> dict:
+def probe(cmd: list[str], out: Path, src: Path) -> dict:
     """One fresh process under the probe: its milestones (seconds after it was started)."""
-    env = {**child_env(), "STARTUP_T0": repr(time.time())}
+    env = {**child_env(src), "STARTUP_T0": repr(time.time())}
     proc = subprocess.run([sys.executable, str(HERE / "_startup_probe.py"), str(out), *cmd], cwd=REPO, env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0 or not out.exists():
@@ -55,9 +57,9 @@ def probe(cmd: list[str], out: Path) -> dict:
     return json.loads(out.read_text())
 
 
-def wall(cmd: list[str]) -> float:
+def wall(cmd: list[str], src: Path) -> float:
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, cwd=REPO, env=child_env(src), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
@@ -70,6 +72,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--warmup", type=int, default=1, help="rounds run first and not counted (0 in the test suite's toy run)")
     parser.add_argument("--size", default="1m", choices=["1m", "2m", "6m"], help="the tiny model (recipes/sft/tiny-cpu.yaml uses 1m)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "startup.json")
+    parser.add_argument("--baseline", type=Path, metavar="SRC", help="also run posttrain from this source folder (e.g. an older "
+                        "commit's src/, from `git archive`), alternated with the others: before/after in one run")
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(REPO / "src"))
@@ -80,28 +84,35 @@ def main(argv: list[str] | None = None) -> dict:
     data = REPO / "examples" / "data" / "sft.jsonl"
     work = Path(tempfile.mkdtemp(prefix="startup-"))
 
-    def contestants(i: int) -> dict[str, list[str]]:
-        return {
-            "posttrain": ["-m", "posttrain", "train", "--recipe", RECIPE, f"model.base_model_name={model}", f"data.datasets[0].name={data}",
-                          f"training.output_dir={work / f'posttrain-{i}'}"],
-            "trl": [str(HERE / "_direct_trl.py"), "sft", str(model_dir), str(data), str(work / f"trl-{i}"), "30"],
-        }
+    src = REPO / "src"
+    srcs = {"posttrain": src, "trl": src, "baseline": args.baseline}
 
-    simple = {"validate": [sys.executable, "-m", "posttrain", "validate", RECIPE, f"model.base_model_name={model}"],
-              "python": [sys.executable, "-c", "pass"]}
-    runs: dict[str, list[dict]] = {"posttrain": [], "trl": []}
-    walls: dict[str, list[float]] = {"validate": [], "python": []}
+    def contestants(i: int) -> dict[str, list[str]]:
+        train = ["-m", "posttrain", "train", "--recipe", RECIPE, f"model.base_model_name={model}", f"data.datasets[0].name={data}"]
+        out = {"trl": [str(HERE / "_direct_trl.py"), "sft", str(model_dir), str(data), str(work / f"trl-{i}"), "30"],
+               "posttrain": [*train, f"training.output_dir={work / f'posttrain-{i}'}"]}
+        if args.baseline:
+            out["baseline"] = [*train, f"training.output_dir={work / f'baseline-{i}'}"]
+        return out
+
+    validate = [sys.executable, "-m", "posttrain", "validate", RECIPE, f"model.base_model_name={model}"]
+    simple = {"validate": (validate, src), "python": ([sys.executable, "-c", "pass"], src)}
+    if args.baseline:
+        simple["validate_baseline"] = (validate, args.baseline)
+    runs: dict[str, list[dict]] = {name: [] for name in contestants(0)}
+    walls: dict[str, list[float]] = {name: [] for name in simple}
     try:
         for i in range(-args.warmup, args.repeats):  # negative rounds: the warm-up
-            order = ["trl", "posttrain"] if i % 2 == 0 else ["posttrain", "trl"]
+            names = list(contestants(i))
+            order = names[i % len(names):] + names[:i % len(names)]  # each contestant goes first in turn
             for name in order:
-                result = probe(contestants(i)[name], work / f"{name}-{i}.json")
+                result = probe(contestants(i)[name], work / f"{name}-{i}.json", srcs[name])
                 if i >= 0:
                     runs[name].append(result)
                     print(f"  round {i + 1}/{args.repeats} {name:<9} step 1 at {result['marks']['step1']:6.2f} s"
                           + (f"  (own recipe handling {result['own_s']:.3f} s)" if "own_s" in result else ""), flush=True)
-            for name in (simple if i % 2 == 0 else reversed(list(simple))):
-                seconds = wall(simple[name])
+            for name in (list(simple) if i % 2 == 0 else list(reversed(simple))):
+                seconds = wall(*simple[name])
                 if i >= 0:
                     walls[name].append(seconds)
     finally:
@@ -127,6 +138,14 @@ def main(argv: list[str] | None = None) -> dict:
         "same_step": all(a == b for a, b in zip(sums["posttrain"], sums["trl"])),
         "param_sum_after_step1": {name: s[0] for name, s in sums.items()},
     }
+    if args.baseline:
+        report["baseline"] = {
+            "src": str(args.baseline), "step1_s": med("baseline", "step1"), "step1_cpu_s": med("baseline", "step1", "cpu"),
+            "own_s": round(statistics.median(r["own_s"] for r in runs["baseline"]), 4),
+            "own_cpu_s": round(statistics.median(r["own_cpu_s"] for r in runs["baseline"]), 4),
+            "validate_s": round(statistics.median(walls["validate_baseline"]), 3),
+            "same_step": all(a == b for a, b in zip(sums["baseline"], sums["trl"])),
+        }
     report["step1_ratio"] = round(report["step1_s"]["posttrain"] / report["step1_s"]["trl"], 3)
     report["step1_cpu_ratio"] = round(report["step1_cpu_s"]["posttrain"] / report["step1_cpu_s"]["trl"], 3)
     print(render(report))
@@ -155,6 +174,15 @@ def render(r: dict) -> str:
         f"TRL {r['param_sum_after_step1']['trl']!r})",
         f"load average (1 min) at the end: {r['load_average_1min']} on {r['machine']}",
     ]
+    b = r.get("baseline")
+    if b:
+        rows += ["", f"| posttrain: this tree vs {b['src']}, median of {n} | this tree | baseline | ratio |", "|---|---|---|---|",
+                 f"| own recipe handling | {r['own_s']:.3f} s ({r['own_cpu_s']:.3f} s CPU) | {b['own_s']:.3f} s ({b['own_cpu_s']:.3f} s CPU) "
+                 f"| {r['own_s'] / b['own_s']:.3f} ({r['own_cpu_s'] / b['own_cpu_s']:.3f} CPU) |",
+                 f"| `posttrain validate` | {r['validate_s']:.3f} s | {b['validate_s']:.3f} s | {r['validate_s'] / b['validate_s']:.3f} |",
+                 f"| process start -> end of step 1 | {r['step1_s']['posttrain']:.2f} s ({r['step1_cpu_s']['posttrain']:.2f} s CPU) | "
+                 f"{b['step1_s']:.2f} s ({b['step1_cpu_s']:.2f} s CPU) | {r['step1_s']['posttrain'] / b['step1_s']:.3f} |",
+                 f"baseline trained the same step too: {b['same_step']}"]
     return "\n".join(rows)
 
 
