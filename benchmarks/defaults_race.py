@@ -1,0 +1,438 @@
+"""posttrain's defaults against TRL's and FAI-RL 0.2.x's, side by side in one run.
+
+    python benchmarks/defaults_race.py                                  # sft dpo grpo, 3 repeats (~15 min, 2 idle cores)
+    python benchmarks/defaults_race.py --algorithm sft --repeats 1      # one algorithm
+    python benchmarks/defaults_race.py --toy --repeats 1 --algorithm sft  # seconds: the test in tests/benchmarks/
+
+Three contestants train the same model (one saved directory, so identical starting weights) on the
+same generated data, each as a fresh process, in rotating order, `--repeats` times (median):
+- posttrain: `posttrain train --recipe R.yaml`, R naming only model, data, algorithm, output_dir
+  (and GRPO's reward, which posttrain requires) plus the forced settings below;
+- TRL: a plain SFTTrainer / DPOTrainer / GRPOTrainer with default SFTConfig / DPOConfig /
+  GRPOConfig, the model given as a path (what `trl sft` does): _race_peers.py;
+- FAI-RL: FAI-RL 0.2.x's effective TRL settings reproduced in a plain TRL script (its source read,
+  not installed; the table with file references is in _race_peers.py).
+
+Forced on every contestant, the same, and nothing else:
+- `num_train_epochs=1`: the budget. One pass over the same rows is the same number of real
+  (non-padding) tokens whatever each one's batching (padding, packing, batch size, accumulation).
+  The race checks it: each contestant's own `num_tokens` log (TRL counts attention-mask or
+  position-id tokens, never padding) must agree.
+- `logging_steps=1`: so the last log holds the token count of the whole pass.
+- `save_steps=0.2` (SFT, DPO): checkpoints at 20/40/60/80 % of each run; their eval loss and
+  write time give the wall time to reach a common eval loss (resolution: one checkpoint).
+- `report_to=none` for the peers (no tracker; posttrain reports to none by default).
+- GRPO: the reward (race_rewards.answer_reward, 1 for the right final number, else a small
+  partial credit) for all three.
+
+Data: arithmetic word problems (posttrain.data.synthetic) bundled 1-9 per chat (short ones more
+frequent), so sequence lengths vary about 9x (~50 to ~450 tokens): `messages` chats for SFT (posttrain
+takes chat prompt/completion rows only through templates; FAI-RL's split mode turns each into a chat
+prompt/completion pair, as its sft_trainer.py does), prompt/chosen/rejected chats for DPO (rejected: one answer wrong), one-problem prompts with a gold
+answer for GRPO. Eval: held-out problems (a disjoint hash split), scored after training in this
+process, untimed: SFT completion-token loss; DPO loss against the starting model with beta 0.1 and
+preference accuracy. GRPO reports steps/s, prompts/s and mean training reward instead.
+
+Reported per contestant (median over repeats): real tokens/s (tokens of the pass / the trainer's
+train_runtime), wall time (process start to end), wall time to the common eval loss (the worst
+final eval loss of the three: the first checkpoint at or below it), peak RSS of the process tree,
+and the ratios posttrain/TRL and posttrain/FAI-RL; plus the machine's matmul peak (a torch matmul
+loop here, same threads) and posttrain's achieved training FLOP/s (6 x params x tokens/s; DPO
+8 x, for the reference forward) as a fraction of it. Writes benchmarks/results/defaults_race.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+CONTESTANTS = ("posttrain", "trl", "fairl")
+ALGORITHMS = ("sft", "dpo", "grpo")
+
+# (model, training rows per algorithm, eval rows, most problems per chat). The full sizes are chosen
+# so that all three algorithms x 3 contestants x 3 repeats finish in about 15 min on 2 idle cores.
+SIZES = {
+    "full": {"model": "tiny:qwen2-6m", "rows": {"sft": 96, "dpo": 48, "grpo": 4}, "eval_rows": 48, "max_k": 9},
+    "toy": {"model": "tiny:qwen2-1m", "rows": {"sft": 16, "dpo": 16, "grpo": 2}, "eval_rows": 8, "max_k": 3},
+}
+
+
+# ----------------------------------------------------------------------------------------- data
+def _bundle(items: list[dict]) -> tuple[str, str]:
+    prompt = "Solve each problem.\n" + "\n".join(f"{i}. {p['question']}" for i, p in enumerate(items, 1))
+    return prompt, "\n".join(f"{i}. {p['solution']}" for i, p in enumerate(items, 1))
+
+
+def make_rows(algorithm: str, n: int, seed: int, max_k: int, held_out: bool = False) -> list[dict]:
+    """`n` chats of 1..max_k problems (k drawn with weight 1/k: short chats are the common ones)."""
+    from posttrain.data.synthetic import problem_stream, wrong_solution
+
+    rng = random.Random(seed)
+    stream = problem_stream(seed, held_out=held_out)
+    rows = []
+    for _ in range(n):
+        k = 1 if algorithm == "grpo" else rng.choices(range(1, max_k + 1), weights=[1 / k for k in range(1, max_k + 1)])[0]
+        items = [next(stream)[1] for _ in range(k)]
+        prompt, completion = _bundle(items)
+        user = [{"role": "user", "content": prompt}]
+        if algorithm == "sft":
+            rows.append({"messages": user + [{"role": "assistant", "content": completion}]})
+        elif algorithm == "dpo":
+            bad = rng.randrange(k)
+            rejected = "\n".join(f"{i}. {wrong_solution(p, rng) if i - 1 == bad else p['solution']}" for i, p in enumerate(items, 1))
+            rows.append({"prompt": user, "chosen": [{"role": "assistant", "content": completion}],
+                         "rejected": [{"role": "assistant", "content": rejected}]})
+        else:
+            rows.append({"prompt": [{"role": "user", "content": items[0]["question"]}], "answer": str(items[0]["answer"])})
+    return rows
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+# ------------------------------------------------------------------------------------- running
+def posttrain_recipe(algorithm: str, model_dir: Path, data: Path, out: Path) -> str:
+    lines = ["model:", f"  base_model_name: {model_dir}", "data:", "  datasets:", f"    - name: {data}",
+             "training:", f"  algorithm: {algorithm}", f"  output_dir: {out}",
+             "  num_train_epochs: 1", "  logging_steps: 1"]
+    if algorithm in ("sft", "dpo"):
+        lines.append("  save_steps: 0.2")
+    else:
+        lines += ["  rewards:", "    - {name: 'race_rewards:answer_reward'}"]
+    return "\n".join(lines) + "\n"
+
+
+def run_one(cmd: list[str], env: dict, timeout: float) -> dict:
+    """Wall seconds (process start to end), CPU seconds (user + system: barely moves when the machine
+    is shared, so it is reported beside wall time), peak RSS of the process tree (MB, sampled every 50 ms,
+    never below the child's own ru_maxrss) and stdout of one fresh process."""
+    import psutil
+
+    start_wall, start = time.time(), time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    peak, out_chunks = 0, []
+    import threading
+
+    reader = threading.Thread(target=lambda: out_chunks.append(proc.stdout.read()), daemon=True)
+    reader.start()
+    ps = psutil.Process(proc.pid)
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        try:
+            tree = [ps] + ps.children(recursive=True)
+            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+        except psutil.Error:
+            pass
+        if time.perf_counter() - start > timeout:
+            proc.kill()
+            raise SystemExit(f"timed out after {timeout:.0f} s: {' '.join(cmd)}")
+        time.sleep(0.05)
+    seconds = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    peak = max(peak, usage.ru_maxrss * 1024)
+    reader.join()
+    out = "".join(out_chunks)
+    if proc.returncode != 0:
+        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{out[-3000:]}")
+    return {"wall_s": seconds, "cpu_s": usage.ru_utime + usage.ru_stime, "start": start_wall, "peak_rss_mb": peak / 2**20, "stdout": out}
+
+
+def read_logs(name: str, out_dir: Path, stdout: str) -> tuple[list[dict], dict]:
+    """(per-step logs, train summary) from the peers' JSON line or posttrain's metrics.jsonl."""
+    if name == "posttrain":
+        records = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        summary = next((r for r in reversed(records) if "train_runtime" in r), {})
+        return [r for r in records if "train_runtime" not in r], summary
+    report = json.loads(stdout.strip().splitlines()[-1])
+    history = report["log_history"]
+    return [r for r in history if "train_runtime" not in r], report["metrics"]
+
+
+def checkpoints(out_dir: Path, start: float) -> list[tuple[float, Path]]:
+    """(seconds after process start, directory) of each checkpoint and of the final model."""
+    points = []
+    for ckpt in out_dir.glob("checkpoint-*"):
+        stamp = ckpt / "trainer_state.json"
+        if stamp.is_file():
+            points.append((stamp.stat().st_mtime - start, ckpt))
+    final = out_dir / "model.safetensors"
+    if final.is_file():
+        points.append((final.stat().st_mtime - start, out_dir))
+    return sorted(points)
+
+
+def summarise(algorithm: str, name: str, run: dict, out_dir: Path) -> dict:
+    logs, summary = read_logs(name, out_dir, run["stdout"])
+    tokens = [r["num_tokens"] for r in logs if "num_tokens" in r]
+    runtime = summary.get("train_runtime")
+    row = {"wall_s": run["wall_s"], "cpu_s": run["cpu_s"], "peak_rss_mb": run["peak_rss_mb"], "train_runtime_s": runtime,
+           "steps": max((r.get("step", 0) for r in logs), default=0) or len([r for r in logs if "loss" in r]),
+           "real_tokens": tokens[-1] if tokens else None, "train_loss": summary.get("train_loss")}
+    row["real_tokens_per_s"] = row["real_tokens"] / runtime if row["real_tokens"] and runtime else None
+    if algorithm == "grpo":
+        rewards = [r["reward"] for r in logs if "reward" in r]
+        row["mean_reward"] = statistics.fmean(rewards) if rewards else None
+        row["steps_per_s"] = row["steps"] / runtime if runtime else None
+    return row
+
+
+# ------------------------------------------------------------------------------------ scoring
+def _completion_logps(model, tok, prompt: list[dict], completion: list[dict]):
+    import torch
+
+    p_text = tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    full = tok.apply_chat_template(prompt + completion, tokenize=False)
+    p_ids = tok(p_text, add_special_tokens=False)["input_ids"]
+    ids = tok(full, add_special_tokens=False)["input_ids"]
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        logits = model(x).logits[0, :-1].float()
+    logp = torch.log_softmax(logits, -1).gather(1, x[0, 1:, None])[:, 0]
+    return logp[len(p_ids) - 1:]  # the completion tokens' log-probabilities
+
+
+def eval_loss(algorithm: str, model_path: Path, base_dir: Path, rows: list[dict], cache: dict) -> dict:
+    """SFT: mean completion-token NLL. DPO: DPO loss (beta 0.1) against the starting model, and the
+    share of pairs whose implicit reward prefers the chosen answer."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    tok = AutoTokenizer.from_pretrained(base_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    if algorithm == "sft":
+        total, count = 0.0, 0
+        for r in rows:
+            lp = _completion_logps(model, tok, r["messages"][:-1], r["messages"][-1:])
+            total, count = total - lp.sum().item(), count + lp.numel()
+        return {"eval_loss": total / count}
+    if "ref" not in cache:
+        ref = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval()
+        cache["ref"] = [(_completion_logps(ref, tok, r["prompt"], r["chosen"]).sum().item(),
+                         _completion_logps(ref, tok, r["prompt"], r["rejected"]).sum().item()) for r in rows]
+    losses, wins = [], 0
+    for r, (rc, rr) in zip(rows, cache["ref"]):
+        pc = _completion_logps(model, tok, r["prompt"], r["chosen"]).sum().item()
+        pr = _completion_logps(model, tok, r["prompt"], r["rejected"]).sum().item()
+        margin = 0.1 * ((pc - rc) - (pr - rr))
+        losses.append(-torch.nn.functional.logsigmoid(torch.tensor(margin)).item())
+        wins += margin > 0
+    return {"eval_loss": statistics.fmean(losses), "eval_accuracy": wins / len(rows)}
+
+
+def matmul_peak(seconds: float = 2.0) -> dict:
+    """The machine's dense matmul FLOP/s: a torch loop (float32 on CPU, bfloat16 on CUDA), best of 3."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    n, dtype, dev = (4096, torch.bfloat16, "cuda") if cuda else (1024, torch.float32, "cpu")
+    a, b = torch.randn(n, n, dtype=dtype, device=dev), torch.randn(n, n, dtype=dtype, device=dev)
+    best = 0.0
+    for _ in range(3):
+        iters, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds / 3:
+            a @ b
+            iters += 1
+            if cuda:
+                torch.cuda.synchronize()
+        best = max(best, 2 * n**3 * iters / (time.perf_counter() - start))
+    return {"flops": best, "dtype": str(dtype).replace("torch.", ""), "n": n, "threads": torch.get_num_threads(), "device": dev}
+
+
+# --------------------------------------------------------------------------------------- main
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dict, n_params: int, peak: dict) -> dict:
+    n_rows = args.rows or size["rows"][algorithm]
+    train = write_jsonl(work / f"{algorithm}_train.jsonl", make_rows(algorithm, n_rows, 0, size["max_k"]))
+    eval_rows = make_rows(algorithm, size["eval_rows"], 1, size["max_k"], held_out=True)
+    runs: dict[str, list[dict]] = {c: [] for c in CONTESTANTS}
+    curves: dict[str, list] = {}
+    for i in range(args.repeats):
+        order = CONTESTANTS[i % 3:] + CONTESTANTS[: i % 3]  # each contestant goes first once in 3 repeats
+        for name in order:
+            out = work / f"{algorithm}-{name}-{i}"
+            shutil.rmtree(out, ignore_errors=True)
+            if name == "posttrain":
+                recipe = work / f"{algorithm}-recipe.yaml"
+                recipe.write_text(posttrain_recipe(algorithm, model_dir, train, out))
+                cmd = [sys.executable, "-m", "posttrain", "train", "--recipe", str(recipe)]
+            else:
+                cmd = [sys.executable, str(HERE / "_race_peers.py"), name, algorithm, str(model_dir), str(train), str(out)]
+            run = run_one(cmd, env, args.timeout)
+            row = summarise(algorithm, name, run, out)
+            if i == 0 and algorithm != "grpo":
+                curves[name] = [(t, p) for t, p in checkpoints(out, run["start"])]
+            runs[name].append(row)
+            print(f"  {algorithm} run {i + 1}/{args.repeats} {name:<9} {row['wall_s']:7.2f} s wall  {row['cpu_s']:7.2f} s CPU  "
+                  f"{row['peak_rss_mb']:7.1f} MB  tokens {row['real_tokens']}  steps {row['steps']}", flush=True)
+            if i > 0:
+                shutil.rmtree(out, ignore_errors=True)  # repeat 0 keeps its checkpoints for scoring
+
+    result = {"train_rows": n_rows, "eval_rows": len(eval_rows), "contestants": {}}
+    cache: dict = {}
+    for name in CONTESTANTS:
+        rs = runs[name]
+        agg = {k: median([r[k] for r in rs]) for k in rs[0] if k not in ("train_loss",)}
+        agg["train_loss"] = rs[0]["train_loss"]
+        agg["real_tokens_each_repeat"] = [r["real_tokens"] for r in rs]
+        if algorithm != "grpo":
+            scored = [(t, eval_loss(algorithm, path, model_dir, eval_rows, cache)) for t, path in curves[name]]
+            agg["eval_curve"] = [{"seconds": round(t, 2), **s} for t, s in scored]
+            agg.update(scored[-1][1])
+        result["contestants"][name] = agg
+    if algorithm != "grpo":
+        target = max(c["eval_loss"] for c in result["contestants"].values())
+        result["common_eval_loss"] = target
+        for c in result["contestants"].values():  # first checkpoint at or below the common loss
+            c["wall_to_common_eval_loss_s"] = next((p["seconds"] for p in c["eval_curve"] if p["eval_loss"] <= target + 1e-9), None)
+    pt = result["contestants"]["posttrain"]
+    for peer in ("trl", "fairl"):
+        other = result["contestants"][peer]
+        result[f"posttrain_vs_{peer}"] = {
+            "real_tokens_per_s": ratio(pt["real_tokens_per_s"], other["real_tokens_per_s"]),
+            "wall_s": ratio(pt["wall_s"], other["wall_s"]),
+            "cpu_s": ratio(pt["cpu_s"], other["cpu_s"]),
+            "peak_rss_mb": ratio(pt["peak_rss_mb"], other["peak_rss_mb"]),
+            **({"steps_per_s": ratio(pt["steps_per_s"], other["steps_per_s"]),
+                "prompts_per_s": ratio(other["train_runtime_s"], pt["train_runtime_s"])} if algorithm == "grpo" else
+               {"wall_to_common_eval_loss_s": ratio(pt["wall_to_common_eval_loss_s"], other["wall_to_common_eval_loss_s"])}),
+        }
+    if algorithm != "grpo" and pt["real_tokens_per_s"]:
+        flops = (8 if algorithm == "dpo" else 6) * n_params * pt["real_tokens_per_s"]
+        result["posttrain_flops"] = flops
+        result["posttrain_fraction_of_matmul_peak"] = flops / peak["flops"]
+    return result
+
+
+def fmt(x, spec=".2f", none="-"):
+    return none if x is None else format(x, spec)
+
+
+def table(results: dict) -> str:
+    lines = []
+    for algorithm, r in results.items():
+        grpo = algorithm == "grpo"
+        lines.append(f"\n### {algorithm.upper()} ({r['train_rows']} training rows)\n")
+        head = ("| contestant | real tokens | tokens/s | steps | steps/s | mean reward | wall s | peak RSS MB |" if grpo else
+                "| contestant | real tokens | tokens/s | steps | wall s | eval loss | wall s to common eval loss | peak RSS MB |")
+        lines += [head, "|" + "---|" * (head.count("|") - 1)]
+        for name in CONTESTANTS:
+            c = r["contestants"][name]
+            label = {"posttrain": "posttrain", "trl": "TRL defaults", "fairl": "FAI-RL 0.2.x defaults"}[name]
+            if grpo:
+                lines.append(f"| {label} | {fmt(c['real_tokens'], '.0f')} | {fmt(c['real_tokens_per_s'], '.0f')} | {fmt(c['steps'], '.0f')} | "
+                             f"{fmt(c['steps_per_s'], '.3f')} | {fmt(c['mean_reward'], '.4f')} | {fmt(c['wall_s'])} | {fmt(c['peak_rss_mb'], '.0f')} |")
+            else:
+                lines.append(f"| {label} | {fmt(c['real_tokens'], '.0f')} | {fmt(c['real_tokens_per_s'], '.0f')} | {fmt(c['steps'], '.0f')} | "
+                             f"{fmt(c['wall_s'])} | {fmt(c['eval_loss'], '.4f')} | {fmt(c['wall_to_common_eval_loss_s'], '.1f', 'never')} | "
+                             f"{fmt(c['peak_rss_mb'], '.0f')} |")
+        for peer in ("trl", "fairl"):
+            q = r[f"posttrain_vs_{peer}"]
+            peer_label = {"trl": "TRL", "fairl": "FAI-RL"}[peer]
+            extra = (f"steps/s {fmt(q['steps_per_s'], '.2f')}x" if grpo else
+                     f"wall to common eval loss {fmt(q['wall_to_common_eval_loss_s'], '.2f')}x")
+            lines.append(f"\nposttrain / {peer_label}: tokens/s {fmt(q['real_tokens_per_s'], '.2f')}x, wall {fmt(q['wall_s'], '.2f')}x, "
+                         f"{extra}, CPU time {fmt(q['cpu_s'], '.2f')}x, peak RSS {fmt(q['peak_rss_mb'], '.2f')}x")
+        if "posttrain_fraction_of_matmul_peak" in r:
+            lines.append(f"\nposttrain training FLOP/s {r['posttrain_flops']:.3g} = {100 * r['posttrain_fraction_of_matmul_peak']:.1f} % of the matmul peak")
+    return "\n".join(lines)
+
+
+def machine() -> dict:
+    cpu = platform.processor()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    info = {"cpu": cpu, "cores": os.cpu_count(), "load_average_at_start": os.getloadavg()}
+    import torch
+
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def versions() -> dict:
+    from importlib.metadata import version
+
+    out = {p: version(p) for p in ("torch", "transformers", "trl", "accelerate", "datasets")}
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+        out["posttrain_commit"] = commit or None
+    except OSError:
+        out["posttrain_commit"] = None
+    out["python"] = platform.python_version()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algorithm", nargs="+", choices=ALGORITHMS, default=list(ALGORITHMS))
+    parser.add_argument("--repeats", type=int, default=3, help="runs per contestant (median); 3 lets each go first once")
+    parser.add_argument("--toy", action="store_true", help="tiny sizes (1M-parameter model, a few rows): seconds, for the test")
+    parser.add_argument("--rows", type=int, default=None, help="training rows of each algorithm (default: the size's own; GRPO: prompts)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds one contestant's run may take before the race stops")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "defaults_race.json", help="where the JSON goes")
+    args = parser.parse_args(argv)
+
+    sys.path.insert(0, str(REPO / "src"))
+    from posttrain.models.tiny import resolve_tiny
+
+    size = SIZES["toy" if args.toy else "full"]
+    model_dir = resolve_tiny(size["model"])  # built once, cached: all three load these same weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    n_params = sum(p.numel() for p in AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir)).parameters())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), str(REPO / "src"), os.environ.get("PYTHONPATH")])),
+           "TOKENIZERS_PARALLELISM": "false"}
+    started = time.perf_counter()
+    info = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine(), "versions": versions(),
+            "model": size["model"], "parameters": n_params, "repeats": args.repeats, "toy": args.toy}
+    info["matmul_peak"] = matmul_peak(0.5 if args.toy else 3.0)
+    print(f"matmul peak: {info['matmul_peak']['flops'] / 1e9:.1f} GFLOP/s ({info['matmul_peak']['dtype']}, "
+          f"{info['matmul_peak']['threads']} threads)", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="defaults-race-"))
+    results = {}
+    try:
+        for algorithm in args.algorithm:
+            results[algorithm] = race(algorithm, args, model_dir, work, size, env, n_params, info["matmul_peak"])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    info["seconds"] = round(time.perf_counter() - started, 1)
+    text = table(results)
+    print(text)
+    print(f"\nwhole race: {info['seconds']:.0f} s; load average at start {info['machine']['load_average_at_start']}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({**info, "results": results, "table": text}, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
