@@ -25,8 +25,8 @@ Forced on every contestant, the same, and nothing else:
 - GRPO: the reward (race_rewards.answer_reward, 1 for the right final number, else a small
   partial credit) for all three.
 
-Data: arithmetic word problems (posttrain.data.synthetic) bundled 1-9 per chat (short ones more
-frequent), so sequence lengths vary about 9x (~50 to ~450 tokens): `messages` chats for SFT (posttrain
+Data: arithmetic word problems (posttrain.data.synthetic) bundled 1-8 per chat (short ones more
+frequent), so sequence lengths vary about 8x (~55 to ~480 tokens, under FAI-RL's max_length 512): `messages` chats for SFT (posttrain
 takes chat prompt/completion rows only through templates; FAI-RL's split mode turns each into a chat
 prompt/completion pair, as its sft_trainer.py does), prompt/chosen/rejected chats for DPO (rejected: one answer wrong), one-problem prompts with a gold
 answer for GRPO. Eval: held-out problems (a disjoint hash split), scored after training in this
@@ -65,7 +65,7 @@ ALGORITHMS = ("sft", "dpo", "grpo")
 # (model, training rows per algorithm, eval rows, most problems per chat). The full sizes are chosen
 # so that all three algorithms x 3 contestants x 3 repeats finish in about 15 min on 2 idle cores.
 SIZES = {
-    "full": {"model": "tiny:qwen2-6m", "rows": {"sft": 96, "dpo": 48, "grpo": 4}, "eval_rows": 48, "max_k": 9},
+    "full": {"model": "tiny:qwen2-6m", "rows": {"sft": 40, "dpo": 16, "grpo": 2}, "eval_rows": 32, "max_k": 8},
     "toy": {"model": "tiny:qwen2-1m", "rows": {"sft": 16, "dpo": 16, "grpo": 2}, "eval_rows": 8, "max_k": 3},
 }
 
@@ -117,6 +117,14 @@ def posttrain_recipe(algorithm: str, model_dir: Path, data: Path, out: Path) -> 
     return "\n".join(lines) + "\n"
 
 
+def _die_with_parent() -> None:
+    """Linux: the contestant is killed when the race is (a test timeout would otherwise orphan it)."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def run_one(cmd: list[str], env: dict, timeout: float) -> dict:
     """Wall seconds (process start to end), CPU seconds (user + system: barely moves when the machine
     is shared, so it is reported beside wall time), peak RSS of the process tree (MB, sampled every 50 ms,
@@ -124,7 +132,8 @@ def run_one(cmd: list[str], env: dict, timeout: float) -> dict:
     import psutil
 
     start_wall, start = time.time(), time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     peak, out_chunks = 0, []
     import threading
 
