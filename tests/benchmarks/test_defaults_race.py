@@ -12,14 +12,21 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
+TOY = ["benchmarks/defaults_race.py", "--toy", "--repeats", "1", "--algorithm", "sft"]
+
+
 def test_defaults_race_toy_sft(repo, tiny_dir, tmp_path):
     out = tmp_path / "race.json"
-    cmd = [sys.executable, "benchmarks/defaults_race.py", "--toy", "--repeats", "1", "--algorithm", "sft", "--out", str(out)]
-    result = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = [sys.executable, *TOY, "--out", str(out)]
+    result = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    assert "| contestant | real tokens | tokens/s |" in result.stdout
-    assert "posttrain / TRL:" in result.stdout and "posttrain / FAI-RL:" in result.stdout
-    report = json.loads(out.read_text())
+    check_toy_report(result.stdout, json.loads(out.read_text()))
+
+
+def check_toy_report(stdout: str, report: dict) -> None:
+    """What a toy race must show (also usable on the output of the TOY command run by hand)."""
+    assert "| contestant | real tokens | tokens/s |" in stdout
+    assert "posttrain / TRL:" in stdout and "posttrain / FAI-RL:" in stdout
     assert report["toy"] is True and report["repeats"] == 1 and report["model"] == "tiny:qwen2-1m"
     assert report["machine"]["cores"] >= 1 and report["versions"]["trl"] and report["date"]
     assert report["matmul_peak"]["flops"] > 0
