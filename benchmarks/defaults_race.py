@@ -35,7 +35,9 @@ preference accuracy. GRPO reports steps/s, prompts/s and mean training reward in
 
 Reported per contestant (median over repeats): real tokens/s (tokens of the pass / the trainer's
 train_runtime), wall time (process start to end), wall time to the common eval loss (the worst
-final eval loss of the three: the first checkpoint at or below it), peak RSS of the process tree,
+final eval loss of the three: the first checkpoint at or below it), peak RSS of the process tree
+(summed over its processes; the main process's own peak beside it, as a forked worker's shared pages
+count twice in the sum),
 and the ratios posttrain/TRL and posttrain/FAI-RL; plus the machine's matmul peak (a torch matmul
 loop here, same threads) and posttrain's achieved training FLOP/s (6 x params x tokens/s; DPO
 8 x, for the reference forward) as a fraction of it. Writes benchmarks/results/defaults_race.json.
@@ -127,8 +129,9 @@ def _die_with_parent() -> None:
 
 def run_one(cmd: list[str], env: dict, timeout: float) -> dict:
     """Wall seconds (process start to end), CPU seconds (user + system: barely moves when the machine
-    is shared, so it is reported beside wall time), peak RSS of the process tree (MB, sampled every 50 ms,
-    never below the child's own ru_maxrss) and stdout of one fresh process."""
+    is shared, so it is reported beside wall time), peak RSS of the process tree (MB: the sum over its
+    processes, sampled every 50 ms; a forked worker's shared pages count twice, so the main process's
+    own peak RSS, ru_maxrss, is reported beside it) and stdout of one fresh process."""
     import psutil
 
     start_wall, start = time.time(), time.perf_counter()
@@ -146,7 +149,7 @@ def run_one(cmd: list[str], env: dict, timeout: float) -> dict:
             break
         try:
             tree = [ps] + ps.children(recursive=True)
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            peak = max(peak, sum(p.memory_info().rss for p in tree))
         except psutil.Error:
             pass
         if time.perf_counter() - start > timeout:
@@ -155,12 +158,13 @@ def run_one(cmd: list[str], env: dict, timeout: float) -> dict:
         time.sleep(0.05)
     seconds = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
-    peak = max(peak, usage.ru_maxrss * 1024)
+    main_rss = usage.ru_maxrss * 1024
     reader.join()
     out = "".join(out_chunks)
     if proc.returncode != 0:
         raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{out[-3000:]}")
-    return {"wall_s": seconds, "cpu_s": usage.ru_utime + usage.ru_stime, "start": start_wall, "peak_rss_mb": peak / 2**20, "stdout": out}
+    return {"wall_s": seconds, "cpu_s": usage.ru_utime + usage.ru_stime, "start": start_wall, "peak_tree_rss_mb": max(peak, main_rss) / 2**20,
+            "main_peak_rss_mb": main_rss / 2**20, "stdout": out}
 
 
 def read_logs(name: str, out_dir: Path, stdout: str) -> tuple[list[dict], dict]:
@@ -191,7 +195,7 @@ def summarise(algorithm: str, name: str, run: dict, out_dir: Path) -> dict:
     logs, summary = read_logs(name, out_dir, run["stdout"])
     tokens = [r["num_tokens"] for r in logs if "num_tokens" in r]
     runtime = summary.get("train_runtime")
-    row = {"wall_s": run["wall_s"], "cpu_s": run["cpu_s"], "peak_rss_mb": run["peak_rss_mb"], "train_runtime_s": runtime,
+    row = {"wall_s": run["wall_s"], "cpu_s": run["cpu_s"], "peak_tree_rss_mb": run["peak_tree_rss_mb"], "main_peak_rss_mb": run["main_peak_rss_mb"], "train_runtime_s": runtime,
            "steps": max((r.get("step", 0) for r in logs), default=0) or len([r for r in logs if "loss" in r]),
            "real_tokens": tokens[-1] if tokens else None, "train_loss": summary.get("train_loss")}
     row["real_tokens_per_s"] = row["real_tokens"] / runtime if row["real_tokens"] and runtime else None
@@ -300,7 +304,7 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
                 curves[name] = [(t, p) for t, p in checkpoints(out, run["start"])]
             runs[name].append(row)
             print(f"  {algorithm} run {i + 1}/{args.repeats} {name:<9} {row['wall_s']:7.2f} s wall  {row['cpu_s']:7.2f} s CPU  "
-                  f"{row['peak_rss_mb']:7.1f} MB  tokens {row['real_tokens']}  steps {row['steps']}", flush=True)
+                  f"{row['peak_tree_rss_mb']:7.1f} MB  tokens {row['real_tokens']}  steps {row['steps']}", flush=True)
             if i > 0:
                 shutil.rmtree(out, ignore_errors=True)  # repeat 0 keeps its checkpoints for scoring
 
@@ -328,7 +332,7 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
             "real_tokens_per_s": ratio(pt["real_tokens_per_s"], other["real_tokens_per_s"]),
             "wall_s": ratio(pt["wall_s"], other["wall_s"]),
             "cpu_s": ratio(pt["cpu_s"], other["cpu_s"]),
-            "peak_rss_mb": ratio(pt["peak_rss_mb"], other["peak_rss_mb"]),
+            "peak_tree_rss_mb": ratio(pt["peak_tree_rss_mb"], other["peak_tree_rss_mb"]),
             **({"steps_per_s": ratio(pt["steps_per_s"], other["steps_per_s"]),
                 "prompts_per_s": ratio(other["train_runtime_s"], pt["train_runtime_s"])} if algorithm == "grpo" else
                {"wall_to_common_eval_loss_s": ratio(pt["wall_to_common_eval_loss_s"], other["wall_to_common_eval_loss_s"])}),
@@ -349,26 +353,26 @@ def table(results: dict) -> str:
     for algorithm, r in results.items():
         grpo = algorithm == "grpo"
         lines.append(f"\n### {algorithm.upper()} ({r['train_rows']} training rows)\n")
-        head = ("| contestant | real tokens | tokens/s | steps | steps/s | mean reward | wall s | peak RSS MB |" if grpo else
-                "| contestant | real tokens | tokens/s | steps | wall s | eval loss | wall s to common eval loss | peak RSS MB |")
+        head = ("| contestant | real tokens | tokens/s | steps | steps/s | mean reward | wall s | peak tree RSS MB | main RSS MB |" if grpo else
+                "| contestant | real tokens | tokens/s | steps | wall s | eval loss | wall s to common eval loss | peak tree RSS MB | main RSS MB |")
         lines += [head, "|" + "---|" * (head.count("|") - 1)]
         for name in CONTESTANTS:
             c = r["contestants"][name]
             label = {"posttrain": "posttrain", "trl": "TRL defaults", "fairl": "FAI-RL 0.2.x defaults"}[name]
             if grpo:
                 lines.append(f"| {label} | {fmt(c['real_tokens'], '.0f')} | {fmt(c['real_tokens_per_s'], '.0f')} | {fmt(c['steps'], '.0f')} | "
-                             f"{fmt(c['steps_per_s'], '.3f')} | {fmt(c['mean_reward'], '.4f')} | {fmt(c['wall_s'])} | {fmt(c['peak_rss_mb'], '.0f')} |")
+                             f"{fmt(c['steps_per_s'], '.3f')} | {fmt(c['mean_reward'], '.4f')} | {fmt(c['wall_s'])} | {fmt(c['peak_tree_rss_mb'], '.0f')} | {fmt(c['main_peak_rss_mb'], '.0f')} |")
             else:
                 lines.append(f"| {label} | {fmt(c['real_tokens'], '.0f')} | {fmt(c['real_tokens_per_s'], '.0f')} | {fmt(c['steps'], '.0f')} | "
                              f"{fmt(c['wall_s'])} | {fmt(c['eval_loss'], '.4f')} | {fmt(c['wall_to_common_eval_loss_s'], '.1f', 'never')} | "
-                             f"{fmt(c['peak_rss_mb'], '.0f')} |")
+                             f"{fmt(c['peak_tree_rss_mb'], '.0f')} | {fmt(c['main_peak_rss_mb'], '.0f')} |")
         for peer in ("trl", "fairl"):
             q = r[f"posttrain_vs_{peer}"]
             peer_label = {"trl": "TRL", "fairl": "FAI-RL"}[peer]
             extra = (f"steps/s {fmt(q['steps_per_s'], '.2f')}x" if grpo else
                      f"wall to common eval loss {fmt(q['wall_to_common_eval_loss_s'], '.2f')}x")
             lines.append(f"\nposttrain / {peer_label}: tokens/s {fmt(q['real_tokens_per_s'], '.2f')}x, wall {fmt(q['wall_s'], '.2f')}x, "
-                         f"{extra}, CPU time {fmt(q['cpu_s'], '.2f')}x, peak RSS {fmt(q['peak_rss_mb'], '.2f')}x")
+                         f"{extra}, CPU time {fmt(q['cpu_s'], '.2f')}x, peak tree RSS {fmt(q['peak_tree_rss_mb'], '.2f')}x")
         if "posttrain_fraction_of_matmul_peak" in r:
             lines.append(f"\nposttrain training FLOP/s {r['posttrain_flops']:.3g} = {100 * r['posttrain_fraction_of_matmul_peak']:.1f} % of the matmul peak")
     return "\n".join(lines)

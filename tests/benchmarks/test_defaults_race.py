@@ -37,7 +37,7 @@ def check_toy_report(stdout: str, report: dict) -> None:
     # one pass over the same rows: every contestant's own count of non-padding tokens agrees
     assert min(tokens.values()) > 0 and max(tokens.values()) <= 1.01 * min(tokens.values()), tokens
     for name, c in contestants.items():
-        assert c["real_tokens_per_s"] > 0 and c["wall_s"] > 0 and c["peak_rss_mb"] > 100, (name, c)
+        assert c["real_tokens_per_s"] > 0 and c["wall_s"] > 0 and c["peak_tree_rss_mb"] > 100, (name, c)
         assert len(c["eval_curve"]) >= 2, (name, c["eval_curve"])  # checkpoints + final model, scored
         assert 0 < c["eval_loss"] < 10
     # FAI-RL's batch 1 x accumulation 16 takes fewer optimizer steps than TRL's batch 8 on 16 rows
