@@ -12,7 +12,7 @@ from posttrain.models.loading import DeviceInfo
 from posttrain.recipe.errors import RecipeError
 from posttrain.recipe.load import load_recipe
 from posttrain.recipe.migrations import MIGRATIONS
-from posttrain.recipe.schema import OWNED_ELSEWHERE, TRAINING_MODELS, TrainingBase
+from posttrain.recipe.schema import DEAD_FOR_ALGORITHM, OWNED_ELSEWHERE, TRAINING_MODELS, TrainingBase
 from posttrain.recipe.trl_fields import CONFIG_CLASSES
 from posttrain.recipe.trl_fields import load_snapshot, snapshot_from_installed, trl_fields
 
@@ -85,7 +85,9 @@ def test_snapshot_matches_installed_trl():
 def test_every_trl_field_reaches_the_config(algorithm, monkeypatch):
     family = TRAINING_MODELS[algorithm]._family
     # Keys posttrain consumes itself (resume_from_checkpoint) are tested where they act.
-    fields = {n: s for n, s in trl_fields(family).items() if n not in OWNED_ELSEWHERE and n not in UNSETTABLE and n not in TrainingBase.model_fields}
+    dead = DEAD_FOR_ALGORITHM.get(algorithm, {})  # rejected instead (test_dead_fields_are_rejected_with_the_reason)
+    fields = {n: s for n, s in trl_fields(family).items()
+              if n not in OWNED_ELSEWHERE and n not in UNSETTABLE and n not in TrainingBase.model_fields and n not in dead}
     values = {name: non_default(spec, range_for(family, name, spec)) for name, spec in fields.items()}
     values.update(CONSISTENT)
     if family == "grpo":
@@ -113,6 +115,15 @@ def test_fields_posttrain_owns_are_rejected_with_a_pointer(key):
         load_recipe(None, raw=base_recipe("sft", **{key: None}))
     assert f"training.{key}" in str(e.value)
     assert OWNED_ELSEWHERE[key] in str(e.value)
+
+
+@pytest.mark.parametrize("algorithm,key", sorted((a, k) for a, keys in DEAD_FOR_ALGORITHM.items() for k in keys))
+@pytest.mark.parametrize("value", [True, False])
+def test_dead_fields_are_rejected_with_the_reason(algorithm, key, value):
+    with pytest.raises(RecipeError) as e:
+        load_recipe(None, raw=base_recipe(algorithm, **{key: value}))
+    assert f"training.{key}" in str(e.value) and DEAD_FOR_ALGORITHM[algorithm][key] in str(e.value)
+    assert load_recipe(None, raw=base_recipe("sft", **{key: value})).recipe.training.value(key) is value  # live for SFT
 
 
 @pytest.mark.parametrize("path", sorted(p for p in MIGRATIONS if p.startswith("training.")))
@@ -159,3 +170,36 @@ def test_explicit_recipe_value_beats_posttrain_default():
 def test_generation_batch_size_arrives():
     loaded = load_recipe(None, raw=base_recipe("grpo", generation_batch_size=16, num_generations=4, per_device_train_batch_size=8))
     assert build_trl_config(loaded.recipe, CPU, data_format="prompt").generation_batch_size == 16
+
+
+def batching(algorithm="sft", device=CPU, model=None, **training):
+    from posttrain.algorithms.trl_config import batching_defaults
+
+    raw = base_recipe(algorithm, **training)
+    raw["model"].update(model or {})
+    return {k: v for k, (v, _why) in batching_defaults(load_recipe(None, raw=raw).recipe, device).items()}
+
+
+def test_sft_batching_default_per_device():
+    """CPU (and CUDA without varlen attention): length-grouped batches; CUDA + flash attention: padding-free."""
+    cuda = DeviceInfo("cuda", bf16=True)
+    assert batching() == {"train_sampling_strategy": "group_by_length"}
+    assert batching(device=cuda) == {"train_sampling_strategy": "group_by_length"}  # sdpa: a dense mask over the batch
+    assert batching(device=cuda, model={"attn_implementation": "flash_attention_2"}) == {"padding_free": True}
+    assert batching(model={"attn_implementation": "flash_attention_2"}) == {"train_sampling_strategy": "group_by_length"}
+    config = build_trl_config(load_recipe(None, raw=base_recipe("sft")).recipe, CPU, data_format="prompt_completion")
+    assert (config.train_sampling_strategy, config.padding_free, config.packing) == ("group_by_length", False, False)
+
+
+@pytest.mark.parametrize("explicit", [{"train_sampling_strategy": "random"}, {"padding_free": True}, {"packing": True},
+                                      {"padding_free": False}])
+def test_an_explicit_batching_key_wins(explicit):
+    cuda = DeviceInfo("cuda", bf16=True)
+    assert batching(**explicit) == {} and batching(device=cuda, model={"attn_implementation": "flash_attention_2"}, **explicit) == {}
+    config = build_trl_config(load_recipe(None, raw=base_recipe("sft", **explicit)).recipe, CPU, data_format="prompt_completion")
+    assert config.train_sampling_strategy == explicit.get("train_sampling_strategy", "random")
+
+
+def test_no_batching_default_where_it_does_not_apply():
+    assert batching("cpt") == {}  # packs fixed blocks already
+    assert batching("sft_vlm") == {}  # TRL refuses padding-free and packing with images; grouping is not measured there

@@ -10,12 +10,42 @@ beta * log(pi / pi_ref) separates chosen from rejected (TRL default 0.1) — not
 Reference model: with LoRA it is the base with the adapter switched off (no second copy in
 memory); with full training TRL loads a frozen copy, or — with `precompute_ref_log_probs: true` —
 computes the reference log-probs once before training and keeps no reference model.
+
+Length-grouped batches (`train_sampling_strategy: group_by_length` or `batch_rebalance`): TRL 1.16's
+DPO data has no `input_ids` column, so transformers' samplers cannot find the row lengths and stop
+with "Can only automatically infer lengths". posttrain gives them one: a pair's batch row is its
+prompt plus the longer of its two responses (the collator pads chosen and rejected together).
 """
 
 from __future__ import annotations
+
+GROUPED = ("group_by_length", "batch_rebalance")
 
 
 def build_trainer(run):
     from trl import DPOTrainer
 
-    return DPOTrainer(**run.trainer_kwargs())
+    trainer = DPOTrainer(**run.trainer_kwargs())
+    if trainer.args.train_sampling_strategy in GROUPED:
+        add_lengths(trainer)
+    return trainer
+
+
+def add_lengths(trainer) -> None:
+    """A length column the grouped samplers read (train and eval), kept through TRL's removal of unused columns."""
+    name, cap = trainer.args.length_column_name, trainer.args.max_length
+
+    def with_lengths(dataset):
+        if dataset is None or name in dataset.column_names:
+            return dataset
+        lengths = [len(p) + max(len(c), len(r)) for p, c, r in zip(dataset["prompt_ids"], dataset["chosen_ids"], dataset["rejected_ids"])]
+        return dataset.add_column(name, [min(n, cap) if cap else n for n in lengths])
+
+    trainer.train_dataset = with_lengths(trainer.train_dataset)
+    if isinstance(trainer.eval_dataset, dict):
+        trainer.eval_dataset = {k: with_lengths(v) for k, v in trainer.eval_dataset.items()}
+    else:
+        trainer.eval_dataset = with_lengths(trainer.eval_dataset)
+    trainer._set_signature_columns_if_needed()
+    if name not in trainer._signature_columns:
+        trainer._signature_columns = [*trainer._signature_columns, name]  # the collator ignores keys it does not read

@@ -13,6 +13,15 @@ Defaults that depend on the machine or the data are resolved when the run starts
   on CPU and MPS, where memory is rarely the limit and recomputing every layer's activations in the
   backward pass only costs time (measured in benchmarks/grpo_step.py). TRL's own default is on
   everywhere.
+- SFT batching, so no compute is spent on padding (`trl_config.batching_defaults`; a recipe that sets
+  `padding_free`, `packing` or `train_sampling_strategy` keeps its own): CUDA with flash attention
+  -> `padding_free=True` (varlen kernels; batches as random as TRL's); CPU, MPS and CUDA with
+  sdpa/eager -> `train_sampling_strategy=group_by_length`, measured fastest on CPU
+  (benchmarks/padding.py: padding-free there builds a dense mask over the whole flattened batch).
+  CPT keeps its fixed-block packing; vision SFT stays padded (TRL refuses the alternatives).
+  DPO keeps TRL's batching (`padding_free` is a dead key there: TRL 1.16 turned it off); its
+  `group_by_length` works (posttrain supplies the lengths TRL's DPO data lacks) but is not a default,
+  nor is `precompute_ref_log_probs`: neither was measured faster on this machine in time.
 - `use_cpu=True` on machines without a GPU. Without it, N processes started by torchrun on CPU
   are not one job: accelerate's `PartialState` (state.py `_prepare_backend`) picks
   `DistributedType.MULTI_CPU` only when asked for the CPU, else `NO`; transformers still opens the

@@ -313,6 +313,16 @@ OWNED_ELSEWHERE: dict[str, str] = {
     "reward_weights": "give each reward its weight in training.rewards: [{name: answer_match, weight: 1.0}, ...].",
 }
 
+# TRL fields that exist in an algorithm's config but do nothing there: setting them (to any value) is
+# an error with the reason, instead of a key that looks live and is not.
+DEAD_FOR_ALGORITHM: dict[str, dict[str, str]] = {
+    "dpo": {"padding_free": "TRL 1.16's DPOTrainer has padding-free batches 'temporarily unavailable' (dpo_trainer.py): "
+            "it warns and pads every batch whatever this key says. posttrain's DPO pads each batch to its longest pair only."},
+    "sft_vlm": {"padding_free": "TRL 1.16 refuses padding-free batches for vision datasets (images are expanded into tokens "
+                "by the processor per batch); vision-language batches are always padded.",
+                "packing": "TRL 1.16 refuses packing for vision datasets; vision-language batches are always padded."},
+}
+
 _KIND_TYPES: dict[str, Any] = {"bool": StrictBool, "int": StrictInt, "float": float, "str": str, "dict": dict[str, Any], "any": Any}
 _ITEM_TYPES: dict[str | None, Any] = {None: Any, "bool": bool, "int": int, "float": float, "str": str}
 
@@ -409,6 +419,9 @@ class TrainingBase(Section):
     def cross_checks(self) -> list[tuple[str, str]]:
         """Rules between keys that transformers/TRL enforce only when the trainer starts (or never)."""
         v, out = self.value, []
+        for key, why in DEAD_FOR_ALGORITHM.get(getattr(self, "algorithm", ""), {}).items():
+            if key in self.model_fields_set:
+                out.append((f"training.{key}", f"does nothing for algorithm {self.algorithm}: {why} Remove it."))
         for kind in ("eval", "save", "logging"):  # x_steps is read only with x_strategy='steps'
             strategy = v(f"{kind}_strategy")
             if f"{kind}_steps" in self.model_fields_set and getattr(self, f"{kind}_steps") is not None and strategy != "steps":

@@ -1,0 +1,274 @@
+"""Padding waste: real (non-padding) tokens per second of SFT and DPO batching choices, side by side.
+
+    python benchmarks/padding.py                       # SFT, tiny:qwen2-6m, 6 batches x 3 rounds per contestant
+    python benchmarks/padding.py --algorithm dpo --size 1m --steps 12   # DPO runs
+    python benchmarks/padding.py --size 2m --steps 3 --repeats 1        # quicker
+
+SFT data: prompt/completion rows whose length varies ~14x (1 to 10 arithmetic problems per row,
+long-tailed like real chat data: most rows short, a few long). Contestants, all built by posttrain
+in one process (`build_run`: the run's own trainer, collator and sampler) and timed batch by batch
+in rotating order (forward + backward of the trainer's `compute_loss`), median of N rounds:
+
+- padded:            TRL's default: random batches padded to the longest row.
+- grouped:           `train_sampling_strategy=group_by_length` (rows of similar length share a batch).
+- padding_free:      `padding_free=true`: each batch flattened into one row with per-row position ids.
+- bfd_packing:       `packing=true, packing_strategy=bfd`: rows packed into bins of max_length,
+                     padding-free; a "row" is then a bin, so its batch size is cut to hold about as
+                     many real tokens per step as the others.
+- posttrain_default: no batching key set: what posttrain chooses on this machine (printed).
+
+Reported: real tokens/s (tokens counted as TRL's `num_tokens` counts them: no padding), the ratio
+to `padded`, and the share of token slots that were padding. Whether the choices learn the same
+is a test (tests/e2e/test_padding_free.py), not a timing. Writes benchmarks/results/padding_sft.json.
+
+DPO contestants are fresh `posttrain train` processes (the reference pass of
+precompute_ref_log_probs happens before training, so whole-run wall time counts): padded (TRL's
+default), grouped, and precomputed reference log-probs, with LoRA (the recipe's) and full
+fine-tuning. TRL 1.16 refuses DPO padding-free ("temporarily unavailable"): not a contestant.
+Writes benchmarks/results/padding_dpo.json. On a shared machine compare ratios, not absolutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+SFT_CONTESTANTS: dict[str, list[str]] = {
+    "padded": ["training.train_sampling_strategy=random", "training.padding_free=false"],
+    "grouped": ["training.train_sampling_strategy=group_by_length", "training.padding_free=false"],
+    "padding_free": ["training.train_sampling_strategy=random", "training.padding_free=true"],
+    "bfd_packing": ["training.train_sampling_strategy=random", "training.packing=true", "training.packing_strategy=bfd"],
+}
+
+
+def chat_rows(n: int, seed: int) -> list[dict]:
+    """prompt/completion rows of k problems each, k long-tailed in 1..10 (log-uniform): lengths vary ~10x."""
+    sys.path.insert(0, str(REPO / "src"))
+    from posttrain.data.synthetic import problem
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        k = min(10, int(math.exp(rng.uniform(0, math.log(11)))))
+        ps = [problem(rng) for _ in range(k)]
+        rows.append({"prompt": " ".join(p["question"] for p in ps), "completion": " " + " ".join(p["solution"] for p in ps)})
+    return rows
+
+
+def preference_rows(n: int, seed: int) -> list[dict]:
+    """prompt/chosen/rejected with the same long-tailed number of problems per row."""
+    sys.path.insert(0, str(REPO / "src"))
+    from posttrain.data.synthetic import problem, wrong_solution
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        k = min(10, int(math.exp(rng.uniform(0, math.log(11)))))
+        ps = [problem(rng) for _ in range(k)]
+        rows.append({"prompt": " ".join(p["question"] for p in ps), "chosen": " " + " ".join(p["solution"] for p in ps),
+                     "rejected": " " + " ".join(wrong_solution(p, rng) for p in ps)})
+    return rows
+
+
+def sft_contestants(rows: list[dict], size: str, batch: int, max_length: int) -> tuple[dict[str, list[str]], str]:
+    """The SFT contestants' recipe overrides; bfd packing gets a batch of bins holding about `batch` rows' tokens."""
+    from transformers import AutoTokenizer
+
+    from posttrain.models.tiny import resolve_tiny
+
+    tok = AutoTokenizer.from_pretrained(resolve_tiny(f"tiny:qwen2-{size}"))
+    lengths = [len(tok(r["prompt"] + r["completion"])["input_ids"]) for r in rows]
+    mean_len = statistics.mean(lengths)
+    contestants = {k: list(v) for k, v in SFT_CONTESTANTS.items()}
+    bins = max(1, round(batch * mean_len / max_length))
+    contestants["bfd_packing"].append(f"training.per_device_train_batch_size={bins}")
+    contestants["posttrain_default"] = []
+    note = f"{len(rows)} rows, tokens per row min {min(lengths)} / mean {mean_len:.0f} / max {max(lengths)} (max_length {max_length})"
+    return contestants, note
+
+
+def real_tokens(batch) -> int:
+    """Non-padding tokens of a collated batch, counted as TRL's `num_tokens` counts them."""
+    if "attention_mask" in batch:
+        return int(batch["attention_mask"].sum())
+    return int(batch["position_ids"].numel())
+
+
+def bench_sft(args, work: Path, data: Path, contestants: dict[str, list[str]]) -> tuple[dict, list[str]]:
+    """All contestants in this process, built by posttrain (`build_run`, so its start-up choices apply),
+    timed batch by batch in rotating order: forward + backward of the trainer's own `compute_loss` on
+    its own dataloader's batches. Interleaving keeps a shared machine's load swings out of the ratios."""
+    import contextlib
+    import io
+
+    import torch
+
+    from posttrain.algorithms.run import build_run
+    from posttrain.recipe.load import load_recipe
+
+    trainers, choices = {}, []
+    for name, overrides in contestants.items():
+        loaded = load_recipe("recipes/sft/tiny-cpu.yaml", [
+            f"model.base_model_name=tiny:qwen2-{args.size}", f"data.datasets[0].name={data}", f"training.output_dir={work / name}",
+            f"training.per_device_train_batch_size={args.batch}", f"training.max_length={args.max_length}",
+            "training.resume_from_checkpoint=false", *overrides])
+        log = io.StringIO()
+        with contextlib.redirect_stdout(log):
+            run, trainer = build_run(loaded)
+        run.lock.release()
+        if name == "posttrain_default":
+            choices = [line.strip() for line in log.getvalue().splitlines() if "posttrain at start-up" in line and
+                       any(k in line for k in ("padding_free", "sampling_strategy", "packing"))]
+        trainer.model.train()
+        trainers[name] = (trainer, iter(trainer.get_train_dataloader()))
+
+    runs: dict[str, list[dict]] = {k: [] for k in contestants}
+    names = list(contestants)
+    for i in range(args.repeats):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            trainer, batches = trainers[name]
+            seconds, tokens, slots = 0.0, 0, 0
+            for _ in range(args.steps):
+                start = time.perf_counter()
+                batch = trainer._prepare_inputs(next(batches))
+                loss = trainer.compute_loss(trainer.model, batch)
+                loss.backward()
+                trainer.model.zero_grad(set_to_none=True)
+                seconds += time.perf_counter() - start
+                tokens += real_tokens(batch)
+                slots += batch["input_ids"].numel()
+            runs[name].append({"tokens_per_s": tokens / seconds, "seconds": seconds, "real_tokens": tokens, "token_slots": slots})
+            print(f"  round {i + 1}/{args.repeats} {name:<18} {tokens / seconds:9.1f} real tok/s  {tokens:6d} real of "
+                  f"{slots:6d} token slots  {seconds:6.1f} s", flush=True)
+    table = {}
+    for name in names:
+        rs = runs[name]
+        table[name] = {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in rs),
+                       "padding_share": round(1 - sum(r["real_tokens"] for r in rs) / sum(r["token_slots"] for r in rs), 3),
+                       "overrides": contestants[name]}
+    for name in names:
+        table[name]["ratio"] = round(table[name]["tokens_per_s"] / table["padded"]["tokens_per_s"], 3)
+    print()
+    print(f"| SFT batching (tiny:qwen2-{args.size}, batch {args.batch}) | real tok/s (median of {args.repeats}) | ratio vs padded | padding share of token slots |")
+    print("|---|---|---|---|")
+    for name, t in table.items():
+        print(f"| {name} | {t['tokens_per_s']:.0f} | {t['ratio']:.2f} | {t['padding_share']:.0%} |")
+    if choices:
+        print("\nposttrain's default here: " + "; ".join(choices))
+    return {"contestants": table, "runs": runs}, choices
+
+
+def run(cmd: list[str], out_dir: Path) -> dict:
+    """One fresh `posttrain train` process (DPO): its speed, memory and final eval loss."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{out[-3000:]}")
+    summary = json.loads((out_dir / "run_summary.json").read_text())
+    records = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    evals = [r["eval_loss"] for r in records if "eval_loss" in r]
+    tokens = [r["num_tokens"] for r in records if "num_tokens" in r]
+    speed = summary.get("speed", {})
+    return {"tokens_per_s": speed.get("tokens_per_s"), "wall_s": wall, "train_s": summary["wall_seconds"],
+            "peak_rss_mb": usage.ru_maxrss / 1024, "eval_loss": evals[-1] if evals else None, "train_tokens": tokens[-1] if tokens else None}
+
+
+def bench_dpo(args, work: Path, data: Path) -> dict:
+    """DPO contestants as fresh `posttrain train` processes (the reference pass of precompute_ref_log_probs
+    happens before training, so whole-run wall time is what counts), rotating order, median of N."""
+    contestants = {
+        "padded": ["training.train_sampling_strategy=random", "training.precompute_ref_log_probs=false"],
+        "grouped": ["training.train_sampling_strategy=group_by_length", "training.precompute_ref_log_probs=false"],
+        "precomputed_ref": ["training.train_sampling_strategy=random", "training.precompute_ref_log_probs=true"],
+        "padded_full": ["training.train_sampling_strategy=random", "training.precompute_ref_log_probs=false", "model.use_lora=false",
+                        "model.lora_r=null", "model.lora_alpha=null"],
+        "precomputed_ref_full": ["training.train_sampling_strategy=random", "training.precompute_ref_log_probs=true",
+                                 "model.use_lora=false", "model.lora_r=null", "model.lora_alpha=null"],
+        "posttrain_default_full": ["model.use_lora=false", "model.lora_r=null", "model.lora_alpha=null"],
+    }
+    if args.only:
+        contestants = {k: v for k, v in contestants.items() if k in args.only}
+    common = [sys.executable, "-m", "posttrain", "train", "--recipe", "recipes/dpo/tiny-cpu.yaml",
+              f"model.base_model_name=tiny:qwen2-{args.size}", f"data.datasets[0].name={data}", "data.eval_fraction=0.1",
+              f"training.max_steps={args.steps}", f"training.per_device_train_batch_size={args.batch}",
+              "training.per_device_eval_batch_size=8", "training.eval_steps=" + str(args.steps), "training.logging_steps=1",
+              "training.save_strategy=no", "training.save_steps=null", "training.resume_from_checkpoint=false",
+              f"training.max_length={args.max_length}"]
+    results: dict[str, list[dict]] = {k: [] for k in contestants}
+    names = list(contestants)
+    for i in range(args.repeats):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            out_dir = work / name
+            shutil.rmtree(out_dir, ignore_errors=True)
+            r = run([*common, *contestants[name], f"training.output_dir={out_dir}"], out_dir)
+            results[name].append(r)
+            print(f"  run {i + 1}/{args.repeats} {name:<22} {r['tokens_per_s'] or 0:8.1f} tok/s (steps)  {r['wall_s']:6.1f} s wall  "
+                  f"{r['peak_rss_mb']:7.1f} MB  eval loss {r['eval_loss']}", flush=True)
+    table = {}
+    for name in names:
+        table[name] = {k: statistics.median(r[k] for r in results[name]) for k in ("tokens_per_s", "wall_s", "train_s", "peak_rss_mb", "eval_loss")}
+        table[name]["overrides"] = contestants[name]
+    print()
+    print(f"| DPO (tiny:qwen2-{args.size}, {args.steps} steps, batch {args.batch}) | step tok/s | wall s | train s | peak RSS MB | eval loss |")
+    print("|---|---|---|---|---|---|")
+    for name, t in table.items():
+        print(f"| {name} | {t['tokens_per_s']:.0f} | {t['wall_s']:.1f} | {t['train_s']:.1f} | {t['peak_rss_mb']:.0f} | {t['eval_loss']:.4f} |")
+    return {"contestants": table, "runs": results}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algorithm", choices=["sft", "dpo"], default="sft")
+    parser.add_argument("--size", default="6m", choices=["1m", "2m", "6m"])
+    parser.add_argument("--steps", type=int, default=6, help="SFT: batches per contestant per round; DPO: max_steps of each run")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--max-length", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", nargs="*", help="DPO contestants to run (default: all)")
+    args = parser.parse_args()
+
+    sys.path.insert(0, str(REPO / "src"))
+    os.chdir(REPO)
+    work = Path(tempfile.mkdtemp(prefix=f"padding-{args.algorithm}-"))
+    rows = chat_rows(400, 0) if args.algorithm == "sft" else preference_rows(300, 0)
+    data = work / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    header = {"algorithm": args.algorithm, "model": f"tiny:qwen2-{args.size}", "steps": args.steps, "batch": args.batch,
+              "repeats": args.repeats, "cpus": os.cpu_count(), "machine": platform.machine(),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    if args.algorithm == "sft":
+        contestants, note = sft_contestants(rows, args.size, args.batch, args.max_length)
+        print(f"data: {note}; model tiny:qwen2-{args.size}; {os.cpu_count()} CPUs", flush=True)
+        result, choices = bench_sft(args, work, data, contestants)
+        result["posttrain_default"] = choices
+    else:
+        note = f"{len(rows)} preference rows, 1-10 problems each"
+        print(f"data: {note}; model tiny:qwen2-{args.size}; {os.cpu_count()} CPUs", flush=True)
+        result = bench_dpo(args, work, data)
+    result = {**header, "data": note, **result}
+    (HERE / "results").mkdir(exist_ok=True)
+    path = HERE / "results" / f"padding_{args.algorithm}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {path}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
