@@ -1,13 +1,14 @@
 """Padding waste: real (non-padding) tokens per second of SFT and DPO batching choices, side by side.
 
-    python benchmarks/padding.py                       # SFT, tiny:qwen2-6m, 6 batches x 3 rounds per contestant
-    python benchmarks/padding.py --algorithm dpo --size 1m --steps 12   # DPO runs
-    python benchmarks/padding.py --size 2m --steps 3 --repeats 1        # quicker
+    python benchmarks/padding.py --size 1m             # SFT: one interleaved pass over 160 rows per contestant
+    python benchmarks/padding.py --size 6m --rows 400 --default   # bigger, plus posttrain's own choice as a contestant
+    python benchmarks/padding.py --algorithm dpo --size 1m --steps 12   # DPO runs, median of 3
 
 SFT data: prompt/completion rows whose length varies ~14x (1 to 10 arithmetic problems per row,
 long-tailed like real chat data: most rows short, a few long). Contestants, all built by posttrain
-in one process (`build_run`: the run's own trainer, collator and sampler) and timed batch by batch
-in rotating order (forward + backward of the trainer's `compute_loss`), median of N rounds:
+in one process (`build_run`: the run's own trainer, collator and sampler); each takes one pass over
+the rows, timed batch by batch with the contestants alternating (forward + backward of the trainer's
+`compute_loss`), so a shared machine's load swings hit all of them alike:
 
 - padded:            TRL's default: random batches padded to the longest row.
 - grouped:           `train_sampling_strategy=group_by_length` (rows of similar length share a batch).
@@ -15,7 +16,7 @@ in rotating order (forward + backward of the trainer's `compute_loss`), median o
 - bfd_packing:       `packing=true, packing_strategy=bfd`: rows packed into bins of max_length,
                      padding-free; a "row" is then a bin, so its batch size is cut to hold about as
                      many real tokens per step as the others.
-- posttrain_default: no batching key set: what posttrain chooses on this machine (printed).
+- posttrain_default (--default): no batching key set: what posttrain chooses on this machine (printed).
 
 Reported: real tokens/s (tokens counted as TRL's `num_tokens` counts them: no padding), the ratio
 to `padded`, and the share of token slots that were padding. Whether the choices learn the same
@@ -96,7 +97,6 @@ def sft_contestants(rows: list[dict], size: str, batch: int, max_length: int) ->
     contestants = {k: list(v) for k, v in SFT_CONTESTANTS.items()}
     bins = max(1, round(batch * mean_len / max_length))
     contestants["bfd_packing"].append(f"training.per_device_train_batch_size={bins}")
-    contestants["posttrain_default"] = []
     note = f"{len(rows)} rows, tokens per row min {min(lengths)} / mean {mean_len:.0f} / max {max(lengths)} (max_length {max_length})"
     return contestants, note
 
@@ -136,37 +136,44 @@ def bench_sft(args, work: Path, data: Path, contestants: dict[str, list[str]]) -
         trainer.model.train()
         trainers[name] = (trainer, iter(trainer.get_train_dataloader()))
 
-    runs: dict[str, list[dict]] = {k: [] for k in contestants}
+    # Every contestant takes one pass over the training rows (grouping changes the row lengths from
+    # batch to batch, so a few batches would say nothing), one batch at a time in rotating order.
     names = list(contestants)
-    for i in range(args.repeats):
+    steps = {name: len(trainers[name][0].get_train_dataloader()) for name in names}
+    totals = {name: {"seconds": 0.0, "real_tokens": 0, "token_slots": 0, "batches": 0} for name in names}
+    for i in range(max(steps.values())):
         for name in names[i % len(names):] + names[:i % len(names)]:
+            if i >= steps[name]:
+                continue
             trainer, batches = trainers[name]
-            seconds, tokens, slots = 0.0, 0, 0
-            for _ in range(args.steps):
-                start = time.perf_counter()
-                batch = trainer._prepare_inputs(next(batches))
-                loss = trainer.compute_loss(trainer.model, batch)
-                loss.backward()
-                trainer.model.zero_grad(set_to_none=True)
-                seconds += time.perf_counter() - start
-                tokens += real_tokens(batch)
-                slots += batch["input_ids"].numel()
-            runs[name].append({"tokens_per_s": tokens / seconds, "seconds": seconds, "real_tokens": tokens, "token_slots": slots})
-            print(f"  round {i + 1}/{args.repeats} {name:<18} {tokens / seconds:9.1f} real tok/s  {tokens:6d} real of "
-                  f"{slots:6d} token slots  {seconds:6.1f} s", flush=True)
+            start = time.perf_counter()
+            batch = trainer._prepare_inputs(next(batches))
+            loss = trainer.compute_loss(trainer.model, batch)
+            loss.backward()
+            trainer.model.zero_grad(set_to_none=True)
+            t = totals[name]
+            t["seconds"] += time.perf_counter() - start
+            t["real_tokens"] += real_tokens(batch)
+            t["token_slots"] += batch["input_ids"].numel()
+            t["batches"] += 1
+        if (i + 1) % 5 == 0:
+            print(f"  batch {i + 1}: " + "  ".join(f"{n} {totals[n]['real_tokens'] / max(totals[n]['seconds'], 1e-9):.0f}" for n in names), flush=True)
+    runs = {name: [{**t, "tokens_per_s": t["real_tokens"] / t["seconds"]}] for name, t in totals.items()}
     table = {}
     for name in names:
         rs = runs[name]
-        table[name] = {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in rs),
+        table[name] = {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in rs), "batches": rs[0]["batches"],
+                       "real_tokens": sum(r["real_tokens"] for r in rs),
                        "padding_share": round(1 - sum(r["real_tokens"] for r in rs) / sum(r["token_slots"] for r in rs), 3),
                        "overrides": contestants[name]}
     for name in names:
         table[name]["ratio"] = round(table[name]["tokens_per_s"] / table["padded"]["tokens_per_s"], 3)
     print()
-    print(f"| SFT batching (tiny:qwen2-{args.size}, batch {args.batch}) | real tok/s (median of {args.repeats}) | ratio vs padded | padding share of token slots |")
-    print("|---|---|---|---|")
+    print(f"| SFT batching (tiny:qwen2-{args.size}, batch {args.batch}, one pass over {args.rows} rows) | real tok/s | ratio vs padded | "
+          "padding share of token slots | batches | real tokens |")
+    print("|---|---|---|---|---|---|")
     for name, t in table.items():
-        print(f"| {name} | {t['tokens_per_s']:.0f} | {t['ratio']:.2f} | {t['padding_share']:.0%} |")
+        print(f"| {name} | {t['tokens_per_s']:.0f} | {t['ratio']:.2f} | {t['padding_share']:.0%} | {t['batches']} | {t['real_tokens']} |")
     if choices:
         print("\nposttrain's default here: " + "; ".join(choices))
     return {"contestants": table, "runs": runs}, choices
@@ -237,17 +244,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algorithm", choices=["sft", "dpo"], default="sft")
     parser.add_argument("--size", default="6m", choices=["1m", "2m", "6m"])
-    parser.add_argument("--steps", type=int, default=6, help="SFT: batches per contestant per round; DPO: max_steps of each run")
+    parser.add_argument("--steps", type=int, default=12, help="DPO: max_steps of each run")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--max-length", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="DPO: runs per contestant (SFT: one interleaved pass)")
+    parser.add_argument("--rows", type=int, default=160, help="SFT: training rows (each contestant takes one pass)")
+    parser.add_argument("--default", action="store_true", help="SFT: add posttrain's default as a contestant")
     parser.add_argument("--only", nargs="*", help="DPO contestants to run (default: all)")
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO / "src"))
     os.chdir(REPO)
     work = Path(tempfile.mkdtemp(prefix=f"padding-{args.algorithm}-"))
-    rows = chat_rows(400, 0) if args.algorithm == "sft" else preference_rows(300, 0)
+    rows = chat_rows(args.rows, 0) if args.algorithm == "sft" else preference_rows(300, 0)
     data = work / "data.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     header = {"algorithm": args.algorithm, "model": f"tiny:qwen2-{args.size}", "steps": args.steps, "batch": args.batch,
@@ -255,6 +264,8 @@ def main() -> None:
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if args.algorithm == "sft":
         contestants, note = sft_contestants(rows, args.size, args.batch, args.max_length)
+        if args.default:
+            contestants["posttrain_default"] = []
         print(f"data: {note}; model tiny:qwen2-{args.size}; {os.cpu_count()} CPUs", flush=True)
         result, choices = bench_sft(args, work, data, contestants)
         result["posttrain_default"] = choices
