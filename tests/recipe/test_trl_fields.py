@@ -156,6 +156,13 @@ def test_activation_checkpointing_is_chosen_per_device_unless_the_recipe_sets_it
     assert "activation_checkpointing" not in runtime_defaults(chosen, CPU, None)
 
 
+def test_a_run_resumes_across_the_per_device_checkpointing_choice():
+    from posttrain.algorithms.recipe_history import recipe_changes
+
+    allowed, refused = recipe_changes({"training": {"activation_checkpointing": True, "beta": 0.04}}, {"training": {"beta": 0.04}})
+    assert allowed == [("training.activation_checkpointing", True, "<unset>")] and refused == []
+
+
 def test_cpt_preset_packs_fixed_blocks():
     config = build_trl_config(load_recipe(None, raw=base_recipe("cpt")).recipe, CPU, data_format="text")
     assert (config.packing, config.packing_strategy, config.completion_only_loss) == (True, "wrapped", False)

@@ -29,6 +29,9 @@ MAY_CHANGE = (
     "training.max_steps", "training.num_train_epochs", "training.save_*", "training.logging_*", "training.eval_steps",
     "training.resume_from_checkpoint", "training.output_dir", "training.push_to_hub", "training.hub_*",
     "tracking.*", "s3.*", "s3",
+    # Recomputing activations changes memory and speed, not the step; runs started before posttrain
+    # chose it per device resolved it to true, and resuming them on a CPU must not be refused for that.
+    "training.activation_checkpointing",
 )
 
 

@@ -377,7 +377,7 @@ def check_resume_recipe(checkpoint: Path, output_dir: Path, new: dict, mode) -> 
     if refused and mode != "force":
         raise UserError(
             f"training.resume_from_checkpoint: {checkpoint} was trained with another recipe ({where}); these keys differ:\n"
-            f"{render(refused)}\nOnly the schedule (max_steps, num_train_epochs, save/logging/eval cadence), tracking and s3 may "
+            f"{render(refused)}\nOnly the schedule (max_steps, num_train_epochs, save/logging/eval cadence), tracking, s3 and activation_checkpointing may "
             "change on resume. Restore those keys, start over with training.resume_from_checkpoint=false (or another "
             "training.output_dir), or continue anyway with training.resume_from_checkpoint=force.")
     if refused:
