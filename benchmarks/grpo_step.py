@@ -136,6 +136,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=9, help="steps per run; 9 = step 1 (left out) + 8 measured, "
                         "which hold exactly 2 generations with steps_per_generation=4")
     parser.add_argument("--out", default=str(HERE / "results" / "grpo_step.json"))
+    parser.add_argument("--threads", type=int, default=None,
+                        help="intra-op threads of each training process (OMP_NUM_THREADS); default: torch's own (all cores). "
+                        "On a shared machine use 1: torch's threads wait for each other when the cores are oversubscribed")
     parser.add_argument("--http", action="store_true", help="only the http reward: one request at a time vs concurrent")
     args = parser.parse_args()
     if args.http:
@@ -154,9 +157,11 @@ def main() -> None:
     del recipe["training"]["activation_checkpointing"]
     (work / "grpo.yaml").write_text(yaml.safe_dump(recipe))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    if args.threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(args.threads)
     load = os.getloadavg()
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
-              "load_average_at_start": [round(x, 2) for x in load], "steps": args.steps, "repeats": args.repeats,
+              "load_average_at_start": [round(x, 2) for x in load], "steps": args.steps, "repeats": args.repeats, "threads": args.threads or "torch default",
               "note": "mean per-step seconds over steps 2..N of each run, then the median over repeats", "sizes": {}}
     print(f"machine: {os.cpu_count()} CPUs, load average {load[0]:.2f} at start (shared machine: read the ratios)")
     for size in args.sizes:
