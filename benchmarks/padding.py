@@ -2,7 +2,7 @@
 
     python benchmarks/padding.py --size 1m             # SFT: one interleaved pass over 160 rows per contestant
     python benchmarks/padding.py --size 6m --rows 400 --default   # bigger, plus posttrain's own choice as a contestant
-    python benchmarks/padding.py --algorithm dpo --size 1m --steps 12   # DPO runs, median of 3
+    python benchmarks/padding.py --algorithm dpo --size 1m   # DPO: grouping and precomputed reference log-probs
 
 SFT data: prompt/completion rows whose length varies ~14x (1 to 10 arithmetic problems per row,
 long-tailed like real chat data: most rows short, a few long). Contestants, all built by posttrain
@@ -22,11 +22,12 @@ Reported: real tokens/s (tokens counted as TRL's `num_tokens` counts them: no pa
 to `padded`, and the share of token slots that were padding. Whether the choices learn the same
 is a test (tests/e2e/test_padding_free.py), not a timing. Writes benchmarks/results/padding_sft.json.
 
-DPO contestants are fresh `posttrain train` processes (the reference pass of
-precompute_ref_log_probs happens before training, so whole-run wall time counts): padded (TRL's
-default), grouped, and precomputed reference log-probs, with LoRA (the recipe's) and full
-fine-tuning. TRL 1.16 refuses DPO padding-free ("temporarily unavailable"): not a contestant.
-Writes benchmarks/results/padding_dpo.json. On a shared machine compare ratios, not absolutes.
+DPO contestants, built the same way, LoRA (the recipe's; reference = adapter off) and full
+fine-tuning (reference = a frozen copy): padded (TRL's default), grouped (`group_by_length`), and
+`precompute_ref_log_probs=true` (one reference pass over the data while the trainer is built,
+then no reference forward per step). Reported: build time (the reference pass included), seconds
+per step, real tokens/s. TRL 1.16 refuses DPO padding-free ("temporarily unavailable"): not a
+contestant. Writes benchmarks/results/padding_dpo.json. On a shared machine compare ratios.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ import platform
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,6 +48,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 
+FULL = ["model.use_lora=false", "model.lora_r=null", "model.lora_alpha=null"]
 SFT_CONTESTANTS: dict[str, list[str]] = {
     "padded": ["training.train_sampling_strategy=random", "training.padding_free=false"],
     "grouped": ["training.train_sampling_strategy=group_by_length", "training.padding_free=false"],
@@ -115,8 +116,6 @@ def bench_sft(args, work: Path, data: Path, contestants: dict[str, list[str]]) -
     import contextlib
     import io
 
-    import torch
-
     from posttrain.algorithms.run import build_run
     from posttrain.recipe.load import load_recipe
 
@@ -179,75 +178,84 @@ def bench_sft(args, work: Path, data: Path, contestants: dict[str, list[str]]) -
     return {"contestants": table, "runs": runs}, choices
 
 
-def run(cmd: list[str], out_dir: Path) -> dict:
-    """One fresh `posttrain train` process (DPO): its speed, memory and final eval loss."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}\n{out[-3000:]}")
-    summary = json.loads((out_dir / "run_summary.json").read_text())
-    records = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    evals = [r["eval_loss"] for r in records if "eval_loss" in r]
-    tokens = [r["num_tokens"] for r in records if "num_tokens" in r]
-    speed = summary.get("speed", {})
-    return {"tokens_per_s": speed.get("tokens_per_s"), "wall_s": wall, "train_s": summary["wall_seconds"],
-            "peak_rss_mb": usage.ru_maxrss / 1024, "eval_loss": evals[-1] if evals else None, "train_tokens": tokens[-1] if tokens else None}
+DPO_CONTESTANTS: dict[str, list[str]] = {
+    # LoRA (the tiny recipe's): the reference is the base with the adapter off
+    "lora_padded": ["training.train_sampling_strategy=random", "training.precompute_ref_log_probs=false"],
+    "lora_grouped": ["training.train_sampling_strategy=group_by_length", "training.precompute_ref_log_probs=false"],
+    "lora_precomputed_ref": ["training.train_sampling_strategy=random", "training.precompute_ref_log_probs=true"],
+    # full fine-tuning: a frozen copy of the model, or none with precomputed reference log-probs
+    "full_padded": ["training.train_sampling_strategy=random", "training.precompute_ref_log_probs=false", *FULL],
+    "full_precomputed_ref": ["training.train_sampling_strategy=random", "training.precompute_ref_log_probs=true", *FULL],
+}
 
 
 def bench_dpo(args, work: Path, data: Path) -> dict:
-    """DPO contestants as fresh `posttrain train` processes (the reference pass of precompute_ref_log_probs
-    happens before training, so whole-run wall time is what counts), rotating order, median of N."""
-    contestants = {
-        "padded": ["training.train_sampling_strategy=random", "training.precompute_ref_log_probs=false"],
-        "grouped": ["training.train_sampling_strategy=group_by_length", "training.precompute_ref_log_probs=false"],
-        "precomputed_ref": ["training.train_sampling_strategy=random", "training.precompute_ref_log_probs=true"],
-        "padded_full": ["training.train_sampling_strategy=random", "training.precompute_ref_log_probs=false", "model.use_lora=false",
-                        "model.lora_r=null", "model.lora_alpha=null"],
-        "precomputed_ref_full": ["training.train_sampling_strategy=random", "training.precompute_ref_log_probs=true",
-                                 "model.use_lora=false", "model.lora_r=null", "model.lora_alpha=null"],
-        "posttrain_default_full": ["model.use_lora=false", "model.lora_r=null", "model.lora_alpha=null"],
-    }
-    if args.only:
-        contestants = {k: v for k, v in contestants.items() if k in args.only}
-    common = [sys.executable, "-m", "posttrain", "train", "--recipe", "recipes/dpo/tiny-cpu.yaml",
-              f"model.base_model_name=tiny:qwen2-{args.size}", f"data.datasets[0].name={data}", "data.eval_fraction=0.1",
-              f"training.max_steps={args.steps}", f"training.per_device_train_batch_size={args.batch}",
-              "training.per_device_eval_batch_size=8", "training.eval_steps=" + str(args.steps), "training.logging_steps=1",
-              "training.save_strategy=no", "training.save_steps=null", "training.resume_from_checkpoint=false",
-              f"training.max_length={args.max_length}"]
-    results: dict[str, list[dict]] = {k: [] for k in contestants}
+    """DPO contestants built by posttrain in this process. Building one with precompute_ref_log_probs
+    runs TRL's reference pass over the data (timed: `build_s`); then each takes one pass over the
+    rows, batch by batch with the contestants alternating (forward + backward of `compute_loss`,
+    which runs the reference forward unless the log-probs were precomputed)."""
+    import contextlib
+    import io
+
+    from posttrain.algorithms.run import build_run
+    from posttrain.recipe.load import load_recipe
+
+    contestants = {k: v for k, v in DPO_CONTESTANTS.items() if not args.only or k in args.only}
+    trainers, build_s = {}, {}
+    for name, overrides in contestants.items():
+        loaded = load_recipe("recipes/dpo/tiny-cpu.yaml", [
+            f"model.base_model_name=tiny:qwen2-{args.size}", f"data.datasets[0].name={data}", f"training.output_dir={work / name}",
+            f"training.per_device_train_batch_size={args.batch}", f"training.max_length={args.max_length}",
+            "training.eval_strategy=no", "training.eval_steps=null", "data.eval_fraction=null", "training.per_device_eval_batch_size=null",
+            "training.resume_from_checkpoint=false", *overrides])
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            run, trainer = build_run(loaded)
+        build_s[name] = time.perf_counter() - start
+        run.lock.release()
+        trainer.model.train()
+        trainers[name] = (trainer, iter(trainer.get_train_dataloader()))
+        print(f"  built {name:<22} in {build_s[name]:6.1f} s", flush=True)
+
     names = list(contestants)
-    for i in range(args.repeats):
+    steps = {name: len(trainers[name][0].get_train_dataloader()) for name in names}
+    totals = {name: {"seconds": 0.0, "real_tokens": 0, "token_slots": 0, "batches": 0} for name in names}
+    for i in range(max(steps.values())):
         for name in names[i % len(names):] + names[:i % len(names)]:
-            out_dir = work / name
-            shutil.rmtree(out_dir, ignore_errors=True)
-            r = run([*common, *contestants[name], f"training.output_dir={out_dir}"], out_dir)
-            results[name].append(r)
-            print(f"  run {i + 1}/{args.repeats} {name:<22} {r['tokens_per_s'] or 0:8.1f} tok/s (steps)  {r['wall_s']:6.1f} s wall  "
-                  f"{r['peak_rss_mb']:7.1f} MB  eval loss {r['eval_loss']}", flush=True)
+            if i >= steps[name]:
+                continue
+            trainer, batches = trainers[name]
+            start = time.perf_counter()
+            batch = trainer._prepare_inputs(next(batches))
+            loss = trainer.compute_loss(trainer.model, batch)
+            loss.backward()
+            trainer.model.zero_grad(set_to_none=True)
+            t = totals[name]
+            t["seconds"] += time.perf_counter() - start
+            t["real_tokens"] += int(batch["attention_mask"].sum())
+            t["token_slots"] += batch["input_ids"].numel()
+            t["batches"] += 1
     table = {}
     for name in names:
-        table[name] = {k: statistics.median(r[k] for r in results[name]) for k in ("tokens_per_s", "wall_s", "train_s", "peak_rss_mb", "eval_loss")}
-        table[name]["overrides"] = contestants[name]
+        t = totals[name]
+        table[name] = {"build_s": round(build_s[name], 2), "step_s": round(t["seconds"] / t["batches"], 4),
+                       "tokens_per_s": t["real_tokens"] / t["seconds"], "padding_share": round(1 - t["real_tokens"] / t["token_slots"], 3),
+                       "epoch_s": round(t["seconds"], 2), "batches": t["batches"], "overrides": contestants[name]}
     print()
-    print(f"| DPO (tiny:qwen2-{args.size}, {args.steps} steps, batch {args.batch}) | step tok/s | wall s | train s | peak RSS MB | eval loss |")
+    print(f"| DPO (tiny:qwen2-{args.size}, batch {args.batch}, {args.rows} pairs) | build s (incl. reference pass) | s per step | "
+          "real tok/s | padding share | one epoch of steps, s |")
     print("|---|---|---|---|---|---|")
     for name, t in table.items():
-        print(f"| {name} | {t['tokens_per_s']:.0f} | {t['wall_s']:.1f} | {t['train_s']:.1f} | {t['peak_rss_mb']:.0f} | {t['eval_loss']:.4f} |")
-    return {"contestants": table, "runs": results}
+        print(f"| {name} | {t['build_s']:.1f} | {t['step_s']:.3f} | {t['tokens_per_s']:.0f} | {t['padding_share']:.0%} | {t['epoch_s']:.1f} |")
+    return {"contestants": table}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algorithm", choices=["sft", "dpo"], default="sft")
     parser.add_argument("--size", default="6m", choices=["1m", "2m", "6m"])
-    parser.add_argument("--steps", type=int, default=12, help="DPO: max_steps of each run")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--max-length", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=3, help="DPO: runs per contestant (SFT: one interleaved pass)")
     parser.add_argument("--rows", type=int, default=160, help="SFT: training rows (each contestant takes one pass)")
     parser.add_argument("--default", action="store_true", help="SFT: add posttrain's default as a contestant")
     parser.add_argument("--only", nargs="*", help="DPO contestants to run (default: all)")
@@ -256,11 +264,11 @@ def main() -> None:
     sys.path.insert(0, str(REPO / "src"))
     os.chdir(REPO)
     work = Path(tempfile.mkdtemp(prefix=f"padding-{args.algorithm}-"))
-    rows = chat_rows(args.rows, 0) if args.algorithm == "sft" else preference_rows(300, 0)
+    rows = chat_rows(args.rows, 0) if args.algorithm == "sft" else preference_rows(args.rows, 0)
     data = work / "data.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    header = {"algorithm": args.algorithm, "model": f"tiny:qwen2-{args.size}", "steps": args.steps, "batch": args.batch,
-              "repeats": args.repeats, "cpus": os.cpu_count(), "machine": platform.machine(),
+    header = {"algorithm": args.algorithm, "model": f"tiny:qwen2-{args.size}", "rows": args.rows, "batch": args.batch,
+              "cpus": os.cpu_count(), "machine": platform.machine(),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if args.algorithm == "sft":
         contestants, note = sft_contestants(rows, args.size, args.batch, args.max_length)

@@ -1,4 +1,5 @@
-"""DPO batching: length-grouped batches work (TRL 1.16's DPO data alone stops transformers' sampler)."""
+"""DPO batching: length-grouped batches work (TRL 1.16's DPO data alone stops transformers' sampler),
+also on a dataset that carries precomputed reference log-probs (both are defaults for multi-epoch runs)."""
 
 import json
 import os
@@ -19,7 +20,8 @@ def test_dpo_group_by_length_groups_pairs_by_length(tmp_path, data_dir, repo):
     try:
         loaded = load_recipe("recipes/dpo/tiny-cpu.yaml", [f"data.datasets[0].name={data_dir / 'preferences.jsonl'}",
                                                            f"training.output_dir={tmp_path / 'run'}",
-                                                           "training.train_sampling_strategy=group_by_length"])
+                                                           "training.train_sampling_strategy=group_by_length",
+                                                           "training.precompute_ref_log_probs=true"])
         run, trainer = build_run(loaded)
     finally:
         os.chdir(here)
@@ -30,7 +32,9 @@ def test_dpo_group_by_length_groups_pairs_by_length(tmp_path, data_dir, repo):
         expected = [min(len(p) + max(len(c), len(r)), trainer.args.max_length)
                     for p, c, r in zip(ds["prompt_ids"], ds["chosen_ids"], ds["rejected_ids"])]
         assert ds["length"] == expected
-        widths = [batch["input_ids"].shape[1] for batch in loader]  # the collator ignores the extra column
+        batches = list(loader)  # the collator ignores the extra column
+        assert all("ref_chosen_logps" in b for b in batches)  # precomputed: no reference forward per step
+        widths = [b["input_ids"].shape[1] for b in batches]
         assert len(widths) == -(-len(ds) // trainer.args.per_device_train_batch_size)
         trainer.get_eval_dataloader()  # the eval sampler groups too, and needs the lengths as well
     finally:

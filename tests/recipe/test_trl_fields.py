@@ -207,6 +207,30 @@ def test_an_explicit_batching_key_wins(explicit):
     assert config.train_sampling_strategy == explicit.get("train_sampling_strategy", "random")
 
 
+def test_dpo_batching_default_groups_pairs_everywhere():
+    assert batching("dpo") == {"train_sampling_strategy": "group_by_length"}
+    assert batching("dpo", device=DeviceInfo("cuda", bf16=True), model={"attn_implementation": "flash_attention_2"}) == {
+        "train_sampling_strategy": "group_by_length"}  # padding-free DPO is off in TRL 1.16
+    assert batching("dpo", train_sampling_strategy="random") == {}
+
+
 def test_no_batching_default_where_it_does_not_apply():
     assert batching("cpt") == {}  # packs fixed blocks already
     assert batching("sft_vlm") == {}  # TRL refuses padding-free and packing with images; grouping is not measured there
+
+
+def test_dpo_precomputes_reference_log_probs_only_for_several_epochs():
+    from posttrain.algorithms.trl_config import reference_defaults
+
+    def chosen(**training):
+        return {k: v for k, (v, _) in reference_defaults(load_recipe(None, raw=base_recipe("dpo", **training)).recipe).items()}
+
+    assert chosen() == {"precompute_ref_log_probs": True}  # TRL's default schedule: 3 epochs, no max_steps
+    assert chosen(num_train_epochs=2) == {"precompute_ref_log_probs": True}
+    assert chosen(num_train_epochs=1) == {}  # one pass: the reference pass costs what it saves
+    assert chosen(max_steps=20) == {}  # may stop before an epoch
+    assert chosen(sync_ref_model=True) == {}  # a moving reference cannot be precomputed
+    assert chosen(precompute_ref_log_probs=False) == {}  # the recipe's value wins
+    assert reference_defaults(load_recipe(None, raw=base_recipe("sft")).recipe) == {}
+    config = build_trl_config(load_recipe(None, raw=base_recipe("dpo")).recipe, CPU, data_format="preference")
+    assert config.precompute_ref_log_probs is True
