@@ -1,8 +1,8 @@
 """posttrain's defaults against TRL's and FAI-RL 0.2.x's, side by side in one run.
 
-    python benchmarks/defaults_race.py                                  # sft dpo grpo, 3 repeats (~15 min, 2 idle cores)
+    python benchmarks/defaults_race.py                                  # sft dpo grpo, 3 repeats (~15 min, 2 idle cores, estimated)
     python benchmarks/defaults_race.py --algorithm sft --repeats 1      # one algorithm
-    python benchmarks/defaults_race.py --toy --repeats 1 --algorithm sft  # seconds: the test in tests/benchmarks/
+    python benchmarks/defaults_race.py --toy --repeats 1 --algorithm sft  # under a minute: the test in tests/benchmarks/
 
 Three contestants train the same model (one saved directory, so identical starting weights) on the
 same generated data, each as a fresh process, in rotating order, `--repeats` times (median):
@@ -64,10 +64,14 @@ REPO = HERE.parent
 CONTESTANTS = ("posttrain", "trl", "fairl")
 ALGORITHMS = ("sft", "dpo", "grpo")
 
-# (model, training rows per algorithm, eval rows, most problems per chat). The full sizes are chosen
-# so that all three algorithms x 3 contestants x 3 repeats finish in about 15 min on 2 idle cores.
+# (model, training rows per algorithm, eval rows, most problems per chat). The full sizes aim at about
+# 15 min for all three algorithms x 3 contestants x 3 repeats on 2 idle cores. Estimated, not measured
+# idle: one repeat at SFT 40 / DPO 16 / GRPO 2 rows took 163 / 110 / 177 CPU-seconds (loaded machine,
+# 2026-11-30, main 2d91208; posttrain's GRPO alone 123), ~8 s of each run being start-up; scaled to
+# these sizes, ~370 CPU-s per repeat, ~275 s wall on 2 cores, ~14-15 min for 3 repeats with scoring.
+# GRPO needs at least 2 prompts: FAI-RL's one optimizer step is 16 completions (2 prompts x 8).
 SIZES = {
-    "full": {"model": "tiny:qwen2-6m", "rows": {"sft": 40, "dpo": 16, "grpo": 2}, "eval_rows": 32, "max_k": 8},
+    "full": {"model": "tiny:qwen2-6m", "rows": {"sft": 24, "dpo": 12, "grpo": 2}, "eval_rows": 32, "max_k": 8},
     "toy": {"model": "tiny:qwen2-1m", "rows": {"sft": 16, "dpo": 16, "grpo": 2}, "eval_rows": 8, "max_k": 3},
 }
 
@@ -409,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algorithm", nargs="+", choices=ALGORITHMS, default=list(ALGORITHMS))
     parser.add_argument("--repeats", type=int, default=3, help="runs per contestant (median); 3 lets each go first once")
-    parser.add_argument("--toy", action="store_true", help="tiny sizes (1M-parameter model, a few rows): seconds, for the test")
+    parser.add_argument("--toy", action="store_true", help="tiny sizes (1M-parameter model, a few rows): under a minute idle, for the test")
     parser.add_argument("--rows", type=int, default=None, help="training rows of each algorithm (default: the size's own; GRPO: prompts)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds one contestant's run may take before the race stops")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "defaults_race.json", help="where the JSON goes")
