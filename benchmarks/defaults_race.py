@@ -313,14 +313,15 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
                 shutil.rmtree(out, ignore_errors=True)  # repeat 0 keeps its checkpoints for scoring
 
     result = {"train_rows": n_rows, "eval_rows": len(eval_rows), "contestants": {}}
-    cache: dict = {}
+    scores = internal("score", {"algorithm": algorithm, "base": str(model_dir), "rows": eval_rows,
+                                "curves": {n: [(t, str(p)) for t, p in c] for n, c in curves.items()}}, env, args.timeout)
     for name in CONTESTANTS:
         rs = runs[name]
         agg = {k: median([r[k] for r in rs]) for k in rs[0] if k not in ("train_loss",)}
         agg["train_loss"] = rs[0]["train_loss"]
         agg["real_tokens_each_repeat"] = [r["real_tokens"] for r in rs]
         if algorithm != "grpo":
-            scored = [(t, eval_loss(algorithm, path, model_dir, eval_rows, cache)) for t, path in curves[name]]
+            scored = scores[name]
             agg["eval_curve"] = [{"seconds": round(t, 2), **s} for t, s in scored]
             agg.update(scored[-1][1])
         result["contestants"][name] = agg
@@ -424,15 +425,13 @@ def main(argv: list[str] | None = None) -> int:
 
     size = SIZES["toy" if args.toy else "full"]
     model_dir = resolve_tiny(size["model"])  # built once, cached: all three load these same weights
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    n_params = sum(p.numel() for p in AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir)).parameters())
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), str(REPO / "src"), os.environ.get("PYTHONPATH")])),
            "TOKENIZERS_PARALLELISM": "false"}
     started = time.perf_counter()
     info = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine(), "versions": versions(),
-            "model": size["model"], "parameters": n_params, "repeats": args.repeats, "toy": args.toy}
-    info["matmul_peak"] = matmul_peak(0.5 if args.toy else 3.0)
+            "model": size["model"], "repeats": args.repeats, "toy": args.toy}
+    info["matmul_peak"], n_params = internal("peak", {"model": str(model_dir), "seconds": 0.5 if args.toy else 3.0}, env, args.timeout)
+    info["parameters"] = n_params
     print(f"matmul peak: {info['matmul_peak']['flops'] / 1e9:.1f} GFLOP/s ({info['matmul_peak']['dtype']}, "
           f"{info['matmul_peak']['threads']} threads)", flush=True)
     work = Path(tempfile.mkdtemp(prefix="defaults-race-"))
@@ -451,5 +450,36 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def internal(task: str, payload: dict, env: dict, timeout: float):
+    """Run torch work (the matmul peak, scoring) in a fresh process: torch threads left in this one
+    would compete with the contestants for the cores (measured: GRPO runs after an in-process
+    scoring took 2-10x the CPU time of the same runs before it)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(payload, f)
+    try:
+        run = run_one([sys.executable, str(Path(__file__).resolve()), "--internal", task, f.name], env, timeout)
+    finally:
+        os.unlink(f.name)
+    return json.loads(run["stdout"].strip().splitlines()[-1])
+
+
+def _internal(task: str, payload_file: str) -> None:
+    payload = json.loads(Path(payload_file).read_text())
+    if task == "peak":
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(payload["model"]))
+        out = [matmul_peak(payload["seconds"]), sum(p.numel() for p in model.parameters())]
+    else:
+        cache: dict = {}
+        out = {name: [(t, eval_loss(payload["algorithm"], Path(p), Path(payload["base"]), payload["rows"], cache)) for t, p in points]
+               for name, points in payload["curves"].items()}
+    print(json.dumps(out))
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--internal"]:
+        sys.path.insert(0, str(REPO / "src"))
+        _internal(sys.argv[2], sys.argv[3])
+        raise SystemExit(0)
     raise SystemExit(main())
