@@ -451,9 +451,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def internal(task: str, payload: dict, env: dict, timeout: float):
-    """Run torch work (the matmul peak, scoring) in a fresh process: torch threads left in this one
-    would compete with the contestants for the cores (measured: GRPO runs after an in-process
-    scoring took 2-10x the CPU time of the same runs before it)."""
+    """Run torch work (the matmul peak, scoring) in a fresh process, so no torch threads of the race
+    itself can compete with the contestants for the cores. Seen on the shared 2-core machine: toy
+    GRPO runs right after in-process DPO scoring took 3-9x the CPU time of the same runs alone (101 /
+    57 / 24 s against 12 / 12 / 8); with scoring in a fresh process 24 / 27 / 9 s, under load 3.
+    Cause not pinned down; idle-machine runs should show whether any of it remains."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(payload, f)
     try:
