@@ -1,6 +1,6 @@
 """posttrain's defaults against TRL's and FAI-RL 0.2.x's, side by side in one run.
 
-    python benchmarks/defaults_race.py                                  # sft dpo grpo, 3 repeats (~15 min, 2 idle cores, estimated)
+    python benchmarks/defaults_race.py                                  # sft dpo grpo, 3 repeats (~16 min, 2 idle cores)
     python benchmarks/defaults_race.py --algorithm sft --repeats 1      # one algorithm
     python benchmarks/defaults_race.py --toy --repeats 1 --algorithm sft  # under a minute: the test in tests/benchmarks/
 
@@ -64,14 +64,13 @@ REPO = HERE.parent
 CONTESTANTS = ("posttrain", "trl", "fairl")
 ALGORITHMS = ("sft", "dpo", "grpo")
 
-# (model, training rows per algorithm, eval rows, most problems per chat). The full sizes aim at about
-# 15 min for all three algorithms x 3 contestants x 3 repeats on 2 idle cores. Estimated, not measured
-# idle: one repeat at SFT 40 / DPO 16 / GRPO 2 rows took 163 / 110 / 177 CPU-seconds (loaded machine,
-# 2026-11-30, main 2d91208; posttrain's GRPO alone 123), ~8 s of each run being start-up; scaled to
-# these sizes, ~370 CPU-s per repeat, ~275 s wall on 2 cores, ~14-15 min for 3 repeats with scoring.
+# (model, training rows per algorithm, eval rows, most problems per chat). The full sizes are the
+# smallest where the step time, not the first step's warm-up, sets tokens/s: at SFT 24 rows (3 steps)
+# posttrain measured 0.78x TRL, at 200 rows (25 steps) 1.31x, same day, idle 2-core machine. About
+# 16 min for all three algorithms x 3 contestants x 3 repeats on 2 idle cores.
 # GRPO needs at least 2 prompts: FAI-RL's one optimizer step is 16 completions (2 prompts x 8).
 SIZES = {
-    "full": {"model": "tiny:qwen2-6m", "rows": {"sft": 24, "dpo": 12, "grpo": 2}, "eval_rows": 32, "max_k": 8},
+    "full": {"model": "tiny:qwen2-6m", "rows": {"sft": 200, "dpo": 64, "grpo": 8}, "eval_rows": 32, "max_k": 8},
     "toy": {"model": "tiny:qwen2-1m", "rows": {"sft": 16, "dpo": 16, "grpo": 2}, "eval_rows": 8, "max_k": 3},
 }
 
