@@ -111,7 +111,8 @@ def run_case(case: str, model: str, work: Path, steps: int, tiny: bool) -> dict:
     batch, length = (8, 64) if tiny else (8, 1024)
     sft = [f"model.base_model_name={model}", f"data.datasets[0].name={data['sft']}", f"training.max_steps={steps}",
            f"training.per_device_train_batch_size={batch}", f"training.max_length={length}", "training.logging_steps=1",
-           f"training.save_steps={steps * 10}", "training.activation_checkpointing=false"]
+           f"training.save_steps={steps * 10}", "training.activation_checkpointing=false",
+           "training.train_sampling_strategy=random"]  # TRL's batches (not posttrain's grouping): sft_trl's first loss must match
     if case in ("sft_posttrain", "sft_posttrain_packed", "qlora"):
         extra = ["training.packing=true"] if case == "sft_posttrain_packed" else []
         if case == "qlora":
