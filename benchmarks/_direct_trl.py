@@ -25,9 +25,7 @@ common = dict(output_dir=out_dir, max_steps=max_steps, activation_checkpointing=
 if algorithm == "sft":
     from trl import SFTConfig, SFTTrainer
 
-    # train_sampling_strategy: posttrain's SFT default on CPU (length-grouped batches), so both runs see the same batches.
-    config = SFTConfig(per_device_train_batch_size=16, learning_rate=3e-3, max_length=128, logging_steps=5, save_steps=15,
-                       train_sampling_strategy="group_by_length", **common)
+    config = SFTConfig(per_device_train_batch_size=16, learning_rate=3e-3, max_length=128, logging_steps=5, save_steps=15, **common)
     trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer)
 else:
     from trl import GRPOConfig, GRPOTrainer

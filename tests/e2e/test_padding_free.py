@@ -113,7 +113,8 @@ def runs(cli, tmp_path_factory, data_dir):
     data = data_dir / "sft.jsonl"
     return {"padded": train(cli, tmp, "padded", data, "training.train_sampling_strategy=random", "training.padding_free=false"),
             "padding_free": train(cli, tmp, "free", data, "training.padding_free=true", "training.train_sampling_strategy=random"),
-            "default": train(cli, tmp, "default", data)}
+            "default": train(cli, tmp, "default", data),
+            "grouped": train(cli, tmp, "grouped", data, "training.train_sampling_strategy=group_by_length")}
 
 
 def test_padded_and_padding_free_runs_learn_the_same(runs):
@@ -130,20 +131,18 @@ def test_padded_and_padding_free_runs_learn_the_same(runs):
     assert abs(start_p - start_f) <= 1e-4 * start_p and abs(end_p - end_f) <= 1e-4 * end_p, (padded[0], free[0])
 
 
-def test_cpu_default_is_stated_and_learns_what_padded_batches_learn(runs):
-    """The CPU default (length-grouped batches) is in trl_config.json and the start-up log, and after the
-    same real tokens (one epoch each) its eval loss is within 3% of the padded run's.
+def test_cpu_default_is_trls_batches_and_grouping_is_opt_in(runs):
+    """On CPU posttrain keeps TRL's random batches (length grouping changed what `make demo` learned),
+    and says nothing; grouping set in the recipe is used and, on this data, learns within 3% of padded.
 
     (Tolerance: grouping changes which rows share a step, so the runs take different paths; 3% of
-    the loss is about a tenth of the >0.3-nat drop both runs must show, so a run that learned
-    something else, or nothing, fails.)
+    the loss is about a tenth of the >0.3-nat drop both runs must show.)
     """
-    padded, default = runs["padded"], runs["default"]
-    assert default[2]["train_sampling_strategy"] == "group_by_length" and default[2]["padding_free"] is False
-    assert padded[2]["train_sampling_strategy"] == "random"  # the recipe's explicit value won
-    assert "training.train_sampling_strategy = group_by_length  (posttrain at start-up: cpu + sdpa:" in default[3]
-    assert "training.train_sampling_strategy = " not in padded[3]
-    assert default[1] == padded[1]  # one epoch each: the same real tokens
-    (start_p, end_p), (start_d, end_d) = padded[0], default[0]
-    assert end_d < start_d - 0.3, default[0]
-    assert abs(end_d - end_p) <= 0.03 * end_p, (padded[0], default[0])
+    padded, default, grouped = runs["padded"], runs["default"], runs["grouped"]
+    assert default[2]["train_sampling_strategy"] == "random" and default[2]["padding_free"] is False
+    assert "training.train_sampling_strategy = " not in default[3] and "training.padding_free = " not in default[3]
+    assert default[0] == padded[0] and default[1] == padded[1]  # the very same run as TRL's batching
+    assert grouped[2]["train_sampling_strategy"] == "group_by_length"
+    (start_p, end_p), (start_g, end_g) = padded[0], grouped[0]
+    assert grouped[1] == padded[1] and end_g < start_g - 0.3, grouped[0]
+    assert abs(end_g - end_p) <= 0.03 * end_p, (padded[0], grouped[0])

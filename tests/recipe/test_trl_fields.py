@@ -188,14 +188,15 @@ def batching(algorithm="sft", device=CPU, model=None, **training):
 
 
 def test_sft_batching_default_per_device():
-    """CPU (and CUDA without varlen attention): length-grouped batches; CUDA + flash attention: padding-free."""
+    """CUDA + flash attention: padding-free (TRL's batches, no padding); elsewhere TRL's random batches
+    (length grouping changed what the demo learned, so it is opt-in)."""
     cuda = DeviceInfo("cuda", bf16=True)
-    assert batching() == {"train_sampling_strategy": "group_by_length"}
-    assert batching(device=cuda) == {"train_sampling_strategy": "group_by_length"}  # sdpa: a dense mask over the batch
+    assert batching() == {}
+    assert batching(device=cuda) == {}  # sdpa: a dense mask over the flattened batch
     assert batching(device=cuda, model={"attn_implementation": "flash_attention_2"}) == {"padding_free": True}
-    assert batching(model={"attn_implementation": "flash_attention_2"}) == {"train_sampling_strategy": "group_by_length"}
+    assert batching(model={"attn_implementation": "flash_attention_2"}) == {}  # no CUDA, no varlen kernels
     config = build_trl_config(load_recipe(None, raw=base_recipe("sft")).recipe, CPU, data_format="prompt_completion")
-    assert (config.train_sampling_strategy, config.padding_free, config.packing) == ("group_by_length", False, False)
+    assert (config.train_sampling_strategy, config.padding_free, config.packing) == ("random", False, False)
 
 
 @pytest.mark.parametrize("explicit", [{"train_sampling_strategy": "random"}, {"padding_free": True}, {"packing": True},
@@ -207,11 +208,9 @@ def test_an_explicit_batching_key_wins(explicit):
     assert config.train_sampling_strategy == explicit.get("train_sampling_strategy", "random")
 
 
-def test_dpo_batching_default_groups_pairs_everywhere():
-    assert batching("dpo") == {"train_sampling_strategy": "group_by_length"}
-    assert batching("dpo", device=DeviceInfo("cuda", bf16=True), model={"attn_implementation": "flash_attention_2"}) == {
-        "train_sampling_strategy": "group_by_length"}  # padding-free DPO is off in TRL 1.16
-    assert batching("dpo", train_sampling_strategy="random") == {}
+def test_dpo_batching_stays_trls():
+    assert batching("dpo") == {}
+    assert batching("dpo", device=DeviceInfo("cuda", bf16=True), model={"attn_implementation": "flash_attention_2"}) == {}
 
 
 def test_no_batching_default_where_it_does_not_apply():

@@ -46,30 +46,26 @@ BATCHING_KEYS = ("padding_free", "packing", "train_sampling_strategy")
 
 
 def batching_defaults(recipe: Recipe, device) -> dict[str, tuple[object, str]]:
-    """How SFT and DPO batches avoid computing on padding, per device; nothing when the recipe chose its batching.
+    """SFT without padding where that learns exactly what padded batches learn; nothing when the recipe chose.
 
-    Measured with benchmarks/padding.py (README "No padding waste"): on CPU, rows grouped by length
-    train fastest; padding-free is slower there because sdpa/eager attention over a flattened batch
-    builds a dense block-diagonal mask over all of its tokens (cost grows with the square of the
-    batch's tokens, not of each row's). With flash attention on CUDA the flattened batch runs
-    through variable-length kernels, which cost only real tokens: padding-free, which also keeps
-    every batch as random as TRL's (same rows per step, same loss, no padding). CUDA with sdpa
-    (transformers' default) gets length grouping too: the block mask turns off sdpa's flash
-    kernel (reasoned, not measured: no GPU was available when this was chosen). DPO: TRL 1.16 turned
-    padding-free off, so pairs are grouped by length on every device (measured 1.38x on CPU with
-    LoRA; on a GPU it only removes padded tokens).
+    CUDA with flash attention: padding-free (each batch flattened into one row; the varlen kernels
+    cost only real tokens, and the batches are TRL's own: same rows per step, same loss, no padding;
+    tests/e2e/test_padding_free.py). Everywhere else TRL's random batches stay. Length grouping
+    (`train_sampling_strategy: group_by_length`) was measured 1.2-1.3x faster on CPU
+    (benchmarks/padding.py) and was the CPU default for an hour, until `make demo`'s SFT learned
+    nothing with it (train loss 2.05 against 1.37, loose accuracy 0% against 61%: when length tracks
+    content, grouped batches are one-sided). A default must not change what a run learns, so it is
+    opt-in. Padding-free on CPU is correct but builds a dense mask over the whole flattened batch
+    (no faster, and its memory grows with the square of the batch's tokens). DPO: TRL 1.16 has no
+    padding-free DPO; grouping is opt-in there too.
     """
     training = recipe.training
-    if training.algorithm not in ("sft", "dpo") or training.model_fields_set & set(BATCHING_KEYS):
+    if training.algorithm != "sft" or training.model_fields_set & set(BATCHING_KEYS):
         return {}  # cpt packs fixed blocks; sft_vlm must pad (TRL refuses the rest); the recipe's choice wins
-    if training.algorithm == "dpo":  # TRL 1.16 has no padding-free DPO: grouping is what is left, on every device
-        return {"train_sampling_strategy": ("group_by_length", f"{device.kind}: DPO pairs of similar length share a batch "
-                                            "(TRL 1.16 has no padding-free DPO); measured faster on CPU")}
     attention = recipe.model.attn_implementation or "sdpa"
     if device.kind == "cuda" and any(name in attention for name in VARLEN_ATTENTION):
         return {"padding_free": (True, f"cuda + {attention}: batches flattened, no padding computed, no cross-row attention")}
-    return {"train_sampling_strategy": ("group_by_length", f"{device.kind} + {attention}: rows of similar length share a batch, "
-                                        "measured fastest here (padding-free builds a dense mask over the whole batch)")}
+    return {}
 
 
 def reference_defaults(recipe: Recipe) -> dict[str, tuple[object, str]]:
