@@ -13,14 +13,14 @@ Defaults that depend on the machine or the data are resolved when the run starts
   on CPU and MPS, where memory is rarely the limit and recomputing every layer's activations in the
   backward pass only costs time (GRPO steps 1.17x faster on tiny:qwen2-6m, 1.12x on 1m, with it
   off: benchmarks/grpo_step.py). TRL's own default is on everywhere.
-- SFT batching, so no compute is spent on padding (`trl_config.batching_defaults`; a recipe that sets
-  `padding_free`, `packing` or `train_sampling_strategy` keeps its own): CUDA with flash attention
-  -> `padding_free=True` (varlen kernels; batches as random as TRL's); CPU, MPS and CUDA with
-  sdpa/eager -> `train_sampling_strategy=group_by_length`, measured fastest on CPU
-  (benchmarks/padding.py: padding-free there builds a dense mask over the whole flattened batch).
-  CPT keeps its fixed-block packing; vision SFT stays padded (TRL refuses the alternatives).
-  DPO: `group_by_length` on every device (TRL 1.16 turned DPO padding-free off, so `padding_free` is
-  a dead key there; posttrain supplies the pair lengths TRL's DPO data lacks); measured 1.38x on CPU.
+- SFT batching (`trl_config.batching_defaults`; a recipe that sets `padding_free`, `packing` or
+  `train_sampling_strategy` keeps its own): CUDA with flash attention -> `padding_free=True` (varlen
+  kernels; the same batches as TRL's, no padding computed). Elsewhere TRL's random batches: length
+  grouping was measured 1.2-1.3x faster on CPU (benchmarks/padding.py) but changed what `make demo`
+  learned (loose accuracy 0% against 61%), so it is opt-in; padding-free on CPU builds a dense mask
+  over the whole flattened batch. CPT keeps its fixed-block packing; vision SFT stays padded.
+  DPO: TRL 1.16 turned padding-free off (`padding_free` is a dead key there); `group_by_length`
+  works (posttrain supplies the pair lengths TRL's DPO data lacks) and is opt-in.
 - DPO `precompute_ref_log_probs=True` when the run makes 2+ passes over its data (num_train_epochs
   >= 2, no max_steps, no sync_ref_model; `trl_config.reference_defaults`): one reference pass
   before training replaces one per epoch (measured over one epoch: 1.36x faster with LoRA, 0.81x with full fine-tuning; from two epochs on faster with both, see README "DPO"),
