@@ -109,6 +109,32 @@ def real_tokens(batch) -> int:
     return int(batch["position_ids"].numel())
 
 
+def interleaved_pass(trainers: dict, progress: bool = False) -> dict[str, dict]:
+    """One pass of every contestant over its training batches, one batch at a time in rotating order
+    (forward, loss, backward): seconds, real tokens, token slots and batches each."""
+    names = list(trainers)
+    steps = {name: len(trainers[name][0].get_train_dataloader()) for name in names}
+    totals = {name: {"seconds": 0.0, "real_tokens": 0, "token_slots": 0, "batches": 0} for name in names}
+    for i in range(max(steps.values())):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            if i >= steps[name]:
+                continue
+            trainer, batches = trainers[name]
+            start = time.perf_counter()
+            batch = trainer._prepare_inputs(next(batches))
+            loss = trainer.compute_loss(trainer.model, batch)
+            loss.backward()
+            trainer.model.zero_grad(set_to_none=True)
+            t = totals[name]
+            t["seconds"] += time.perf_counter() - start
+            t["real_tokens"] += real_tokens(batch)
+            t["token_slots"] += batch["input_ids"].numel()
+            t["batches"] += 1
+        if progress and (i + 1) % 5 == 0:
+            print(f"  batch {i + 1}: " + "  ".join(f"{n} {totals[n]['real_tokens'] / max(totals[n]['seconds'], 1e-9):.0f}" for n in names), flush=True)
+    return totals
+
+
 def bench_sft(args, work: Path, data: Path, contestants: dict[str, list[str]]) -> tuple[dict, list[str]]:
     """All contestants in this process, built by posttrain (`build_run`, so its start-up choices apply),
     timed batch by batch in rotating order: forward + backward of the trainer's own `compute_loss` on
@@ -138,25 +164,7 @@ def bench_sft(args, work: Path, data: Path, contestants: dict[str, list[str]]) -
     # Every contestant takes one pass over the training rows (grouping changes the row lengths from
     # batch to batch, so a few batches would say nothing), one batch at a time in rotating order.
     names = list(contestants)
-    steps = {name: len(trainers[name][0].get_train_dataloader()) for name in names}
-    totals = {name: {"seconds": 0.0, "real_tokens": 0, "token_slots": 0, "batches": 0} for name in names}
-    for i in range(max(steps.values())):
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            if i >= steps[name]:
-                continue
-            trainer, batches = trainers[name]
-            start = time.perf_counter()
-            batch = trainer._prepare_inputs(next(batches))
-            loss = trainer.compute_loss(trainer.model, batch)
-            loss.backward()
-            trainer.model.zero_grad(set_to_none=True)
-            t = totals[name]
-            t["seconds"] += time.perf_counter() - start
-            t["real_tokens"] += real_tokens(batch)
-            t["token_slots"] += batch["input_ids"].numel()
-            t["batches"] += 1
-        if (i + 1) % 5 == 0:
-            print(f"  batch {i + 1}: " + "  ".join(f"{n} {totals[n]['real_tokens'] / max(totals[n]['seconds'], 1e-9):.0f}" for n in names), flush=True)
+    totals = interleaved_pass(trainers, progress=True)
     runs = {name: [{**t, "tokens_per_s": t["real_tokens"] / t["seconds"]}] for name, t in totals.items()}
     table = {}
     for name in names:
@@ -218,23 +226,7 @@ def bench_dpo(args, work: Path, data: Path) -> dict:
         print(f"  built {name:<22} in {build_s[name]:6.1f} s", flush=True)
 
     names = list(contestants)
-    steps = {name: len(trainers[name][0].get_train_dataloader()) for name in names}
-    totals = {name: {"seconds": 0.0, "real_tokens": 0, "token_slots": 0, "batches": 0} for name in names}
-    for i in range(max(steps.values())):
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            if i >= steps[name]:
-                continue
-            trainer, batches = trainers[name]
-            start = time.perf_counter()
-            batch = trainer._prepare_inputs(next(batches))
-            loss = trainer.compute_loss(trainer.model, batch)
-            loss.backward()
-            trainer.model.zero_grad(set_to_none=True)
-            t = totals[name]
-            t["seconds"] += time.perf_counter() - start
-            t["real_tokens"] += int(batch["attention_mask"].sum())
-            t["token_slots"] += batch["input_ids"].numel()
-            t["batches"] += 1
+    totals = interleaved_pass(trainers)
     table = {}
     for name in names:
         t = totals[name]
