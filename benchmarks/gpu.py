@@ -127,11 +127,14 @@ def run_case(case: str, model: str, work: Path, steps: int, tiny: bool) -> dict:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from trl import SFTConfig, SFTTrainer
 
+        from posttrain.models.loading import DeviceInfo
+
+        bf16 = DeviceInfo.detect().bf16  # the precision posttrain picks here (a CPU with native bf16: autocast, fp32 weights)
         dtype = torch.bfloat16 if cuda else torch.float32
         trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(model, dtype=dtype), processing_class=AutoTokenizer.from_pretrained(model),
                              train_dataset=load_dataset("json", data_files=str(data["sft"]), split="train"),
                              args=SFTConfig(output_dir=str(work / case), max_steps=steps, per_device_train_batch_size=batch, max_length=length,
-                                            learning_rate=3e-3, logging_steps=1, save_strategy="no", bf16=cuda, use_cpu=not cuda,
+                                            learning_rate=3e-3, logging_steps=1, save_strategy="no", bf16=bf16, use_cpu=not cuda,
                                             activation_checkpointing=False, report_to="none", seed=0, dataloader_pin_memory=cuda))
         result = trainer.train()
         tokens = max(r.get("num_tokens", 0) for r in trainer.state.log_history)

@@ -63,7 +63,8 @@ def main() -> None:
     posttrain_cmd = [sys.executable, "-m", "posttrain", "train", "--recipe", f"recipes/{args.algorithm}/tiny-cpu.yaml",
                      f"model.base_model_name=tiny:qwen2-{args.size}", f"data.datasets[0].name={data}",
                      f"training.max_steps={steps}", f"training.output_dir={work / 'posttrain'}",
-                     "training.resume_from_checkpoint=false"]  # every repeat trains from scratch
+                     "training.resume_from_checkpoint=false",  # every repeat trains from scratch
+                     "training.bf16=false"]  # _direct_trl.py's precision, on any CPU
     env = None
     if args.algorithm == "grpo":  # a reward the random tiny model earns (overhead_rewards.py), in both runs
         posttrain_cmd += ["training.rewards=[{name: 'overhead_rewards:digit_share'}]", "training.learning_rate=1e-3",

@@ -98,7 +98,6 @@ CASES: dict[str, Case] = {
     "tracking offline not wandb": Case(V + ["tracking.provider=tensorboard", "tracking.mode=offline"], ["tracking"]),
     "s3 empty bucket": Case(V + ["s3.bucket="], ["s3.bucket"]),
     "s3 delete without upload": Case(V + ["s3.bucket=b", "s3.upload_checkpoints=false", "s3.delete_local_after_upload=true"], ["s3"]),
-    "bf16 on a machine without it": Case(T + ["training.bf16=true"], ["training.bf16"], env={"CUDA_VISIBLE_DEVICES": ""}),
     "fp16 and bf16": Case(V + ["training.fp16=true", "training.bf16=true"], ["training.fp16"]),
     "removed upstream key": Case(V + ["training.max_seq_length=64"], ["training.max_seq_length"]),
     "owned elsewhere": Case(V + ["training.report_to=wandb"], ["training.report_to", "tracking.provider"]),

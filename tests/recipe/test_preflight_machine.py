@@ -41,13 +41,20 @@ def test_the_loader_refuses_a_test_split_of_a_local_file_too(data):
     assert len(load_split(DatasetSpec(name=str(data), split="train[:1]"), "data.datasets[0]")) == 1
 
 
-def test_bf16_without_a_bf16_gpu_is_caught_by_validate(repo, monkeypatch, capsys):
+def test_bf16_without_a_bf16_gpu_or_cpu_is_caught_by_validate(repo, monkeypatch, capsys):
+    """(The malformed-input sweep cannot hold this case: its subprocess would see this machine's CPU.)"""
+    import posttrain.models.loading as loading
+
     monkeypatch.chdir(repo)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU, whatever this machine has
+    monkeypatch.setattr(loading, "cpu_bf16_flag", lambda: None)  # nor a CPU with bf16 instructions
     assert main(["validate", "recipes/sft/tiny-cpu.yaml", "training.bf16=true"]) == 2
-    assert "training.bf16: bf16 needs a CUDA GPU" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "training.bf16: bf16 needs a CUDA GPU" in err and "avx512_bf16" in err and "6x slower" in err
     assert main(["validate", "recipes/sft/tiny-cpu.yaml", "training.bf16=true", "training.use_cpu=true"]) == 0
     assert main(["validate", "--schema-only", "recipes/sft/tiny-cpu.yaml", "training.bf16=true"]) == 0  # for another machine
+    monkeypatch.setattr(loading, "cpu_bf16_flag", lambda: "amx_bf16")  # a CPU that computes bf16 natively
+    assert main(["validate", "recipes/sft/tiny-cpu.yaml", "training.bf16=true"]) == 0
 
 
 def test_schema_and_file_problems_in_one_pass(repo, monkeypatch, capsys):

@@ -14,8 +14,8 @@ def runtime_defaults(recipe: Recipe, device, data_format: str | None) -> dict[st
     set_keys = recipe.training.model_fields_set
     out: dict[str, tuple[object, str]] = {}
     if "bf16" not in set_keys and "fp16" not in set_keys:
-        use_bf16 = device.kind == "cuda" and device.bf16
-        out["bf16"] = (use_bf16, f"{device.kind}: " + ("bf16 supported" if use_bf16 else "float32 (no native bf16)"))
+        use_bf16 = device.kind in ("cuda", "cpu") and device.bf16
+        out["bf16"] = (use_bf16, f"{device.kind}: " + ("native bf16: mixed precision, float32 weights" if use_bf16 else "float32 (no native bf16)"))
     if recipe.training.algorithm in ("sft", "sft_vlm") and data_format == "messages" and "assistant_only_loss" not in set_keys:
         out["assistant_only_loss"] = (True, "messages data: loss on assistant turns only")
     if "activation_checkpointing" not in set_keys:

@@ -442,8 +442,9 @@ def _precision(conv: Conversion, t: dict, training: dict) -> None:
             conv.add("training.bf16", note="fp16 is on" if not bf16 else "bf16 and fp16 both true: TRL refuses that; fp16 kept")
         return
     if bf16:
-        conv.add("training.bf16" if "bf16" in training else "training.bf16 (absent)", note="posttrain turns bf16 on where the GPU "
-                 "supports it (FAI-RL's setting) and uses float32 on CPU/MPS, where bf16 is slow; write training.bf16=true to force it")
+        conv.add("training.bf16" if "bf16" in training else "training.bf16 (absent)", note="posttrain turns bf16 on where the device "
+                 "computes it natively: a bf16 GPU (FAI-RL's setting) or a CPU with avx512_bf16/amx_bf16 (FAI-RL: float32 on every CPU; "
+                 "write training.bf16=false for that); float32 elsewhere")
     else:
         t["bf16"] = False
         conv.add("training.bf16", "training.bf16", "false: full precision everywhere, as in FAI-RL")

@@ -42,15 +42,19 @@ def gpu_compute_capability() -> float | None:
 
 
 def precision_problems(training) -> list[Problem]:
-    """bf16 asked for on a machine without it: transformers raises only when the trainer starts."""
+    """bf16 asked for on a machine without it: emulated on such a CPU (~6x slower), refused by an old GPU."""
+    from posttrain.models.loading import CPU_BF16_FLAGS, cpu_bf16_flag
+
     asked = [k for k in ("bf16", "bf16_full_eval") if getattr(training, k, None)]
     if not asked or getattr(training, "use_cpu", None):
         return []
     key = f"training.{asked[0]}"
     if not has_cuda():
-        return [Problem(key, "bf16 needs a CUDA GPU with bf16 support (Ampere or newer) and none is visible; remove it "
-                             "(posttrain picks bf16 by itself where the GPU supports it, float32 elsewhere) or set training.use_cpu=true "
-                             "to run bf16 on the CPU (slow without native bf16).")]
+        if cpu_bf16_flag():
+            return []
+        return [Problem(key, f"bf16 needs a CUDA GPU with bf16 support (Ampere or newer) or a CPU with native bf16 ({' or '.join(CPU_BF16_FLAGS)}), "
+                             "and this machine has neither; remove it (posttrain picks bf16 by itself where the device computes it natively, "
+                             "float32 elsewhere) or set training.use_cpu=true to run it emulated (about 6x slower than float32).")]
     cap = gpu_compute_capability()
     if cap is not None and cap < 8.0:
         return [Problem(key, f"this GPU (compute capability {cap}) has no bf16; Ampere (8.0) or newer does. Remove it, or use "
