@@ -256,11 +256,15 @@ def eval_loss(algorithm: str, model_path: Path, base_dir: Path, rows: list[dict]
 
 
 def matmul_peak(seconds: float = 2.0) -> dict:
-    """The machine's dense matmul FLOP/s: a torch loop (float32 on CPU, bfloat16 on CUDA), best of 3."""
+    """The machine's dense matmul FLOP/s in the precision posttrain trains in here (bf16 on a bf16 GPU
+    or a CPU with native bf16, else float32): a torch loop, best of 3."""
     import torch
 
+    from posttrain.models.loading import DeviceInfo
+
     cuda = torch.cuda.is_available()
-    n, dtype, dev = (4096, torch.bfloat16, "cuda") if cuda else (1024, torch.float32, "cpu")
+    dtype = torch.bfloat16 if DeviceInfo.detect().bf16 else torch.float32
+    n, dev = (4096, "cuda") if cuda else (1024, "cpu")
     a, b = torch.randn(n, n, dtype=dtype, device=dev), torch.randn(n, n, dtype=dtype, device=dev)
     best = 0.0
     for _ in range(3):

@@ -252,6 +252,12 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, peft_config, output_dir, callbacks, reports,
               resume_from, storage, lock, monitor)
     trainer = TRAINERS[training.algorithm](run)  # user rewards import here: a failure leaves output_dir as it was
+    if training.algorithm in ("sft", "dpo") and is_main_process():
+        from posttrain.data.padding import padding_note
+
+        note = padding_note(trainer.train_dataset, trl_config, device.kind)
+        if note:
+            log(note)
     if world > 1:
         log(f"{world} processes ({os.environ.get('LOCAL_WORLD_SIZE', '?')} on this node), distributed type "
             f"{trainer.accelerator.distributed_type.value}")
