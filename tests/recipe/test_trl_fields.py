@@ -145,7 +145,7 @@ def test_real_config_gets_recipe_values_and_cpu_precision():
 
 
 def test_cpus_with_native_bf16_train_in_bf16_unless_the_recipe_says():
-    """bf16 autocast where the CPU computes bf16 (1.5-1.7x faster on tiny:qwen2-6m: README "Speed"), float32 elsewhere."""
+    """bf16 autocast where the CPU computes bf16 (1.5-1.7x faster on tiny:qwen2-6m: README "Models and the tokenizer rule"), float32 elsewhere."""
     native = DeviceInfo("cpu", bf16=True)
     sft = load_recipe(None, raw=base_recipe("sft")).recipe
     assert build_trl_config(sft, native, "prompt_completion").bf16 is True

@@ -71,7 +71,7 @@ def padding_note(dataset, args, device_kind: str) -> str | None:
             f"({what} of {min(asked)}-{max(asked)} tokens)")
     if device_kind == "cpu":
         return (line + f"; on a CPU, training.per_device_train_batch_size=1 training.gradient_accumulation_steps={accumulation} "
-                "trains the same rows per step with none (faster on long rows, slower on short ones: README \"No padding waste\")")
+                f"trains the same {what} per step with none (faster on long rows, slower on short ones: README \"No padding waste\")")
     if device_kind == "cuda" and not pairs:
         return line + "; model.attn_implementation=flash_attention_2 makes SFT batches padding-free (README \"No padding waste\")"
     return line

@@ -7,8 +7,9 @@ and the start-up log shows every value that differs from TRL's, with the layer t
 Defaults that depend on the machine or the data are resolved when the run starts, not here:
 - precision: TRL turns bf16 on everywhere; posttrain uses bf16 where the device computes it
   natively — CUDA GPUs that support it, and CPUs with avx512_bf16 or amx_bf16 (autocast over
-  float32 weights: SFT 1.56x and DPO 1.73x faster than float32 on tiny:qwen2-6m) — and float32
-  elsewhere (bf16 on a CPU without those instructions is emulated, ~6x slower).
+  float32 weights: SFT 1.55x and DPO 1.68x faster than float32 on tiny:qwen2-6m; GRPO generates in
+  float32 there, `algorithms.grpo.generate_without_autocast`) — and float32 elsewhere (bf16 on a
+  CPU without those instructions is emulated, ~6x slower).
 - SFT on `messages` data trains on assistant turns only (TRL: `assistant_only_loss=True`);
   prompt/completion data trains on the completion only (TRL's own default).
 - activation checkpointing: on for CUDA (GPU memory is what limits batch and sequence length), off
