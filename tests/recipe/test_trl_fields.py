@@ -7,7 +7,7 @@ import pytest
 from posttrain.recipe.ranges import range_for
 import trl
 
-from posttrain.algorithms.trl_config import build_trl_config, runtime_defaults
+from posttrain.algorithms.trl_config import build_trl_config, config_kwargs, runtime_defaults
 from posttrain.models.loading import DeviceInfo
 from posttrain.recipe.errors import RecipeError
 from posttrain.recipe.load import load_recipe
@@ -155,6 +155,16 @@ def test_cpus_with_native_bf16_train_in_bf16_unless_the_recipe_says():
     pinned = load_recipe(None, raw=base_recipe("sft", bf16=False)).recipe
     assert build_trl_config(pinned, native, "prompt_completion").bf16 is False and "bf16" not in runtime_defaults(pinned, native, None)
     assert build_trl_config(sft, DeviceInfo("mps", bf16=False), "prompt_completion").bf16 is False
+
+
+def test_null_leaves_the_per_device_choice_to_posttrain():
+    """`key=null` is no choice, like an absent key: TRL would read bf16=None as bf16 on (emulated on most
+    CPUs, ~6x slower) and transformers activation_checkpointing=None as off, bypassing the device rule."""
+    nulls = load_recipe(None, raw=base_recipe("sft", bf16=None, activation_checkpointing=None)).recipe
+    config = build_trl_config(nulls, CPU, "prompt_completion")
+    assert (config.bf16, config.activation_checkpointing) == (False, False)
+    kwargs = config_kwargs(nulls, DeviceInfo("cuda", bf16=True), "prompt_completion")  # (no GPU here to build it)
+    assert (kwargs["bf16"], kwargs["activation_checkpointing"]) == (True, True)
 
 
 def test_activation_checkpointing_is_chosen_per_device_unless_the_recipe_sets_it():

@@ -9,9 +9,15 @@ from posttrain.recipe.schema import Recipe
 from posttrain.recipe.trl_fields import CONFIG_CLASSES
 
 
+def chosen_keys(training) -> set[str]:
+    """Keys the recipe gives a value. `key: null` is no choice: posttrain's per-device default applies,
+    as for an absent key (TRL would read `bf16: null` as bf16 on, emulated and ~6x slower on most CPUs)."""
+    return {k for k in training.model_fields_set if getattr(training, k) is not None}
+
+
 def runtime_defaults(recipe: Recipe, device, data_format: str | None) -> dict[str, tuple[object, str]]:
     """TRL keys posttrain decides at start-up, with the reason; keys the recipe set are left alone."""
-    set_keys = recipe.training.model_fields_set
+    set_keys = chosen_keys(recipe.training)
     out: dict[str, tuple[object, str]] = {}
     if "bf16" not in set_keys and "fp16" not in set_keys:
         use_bf16 = device.kind in ("cuda", "cpu") and device.bf16
@@ -60,7 +66,7 @@ def batching_defaults(recipe: Recipe, device) -> dict[str, tuple[object, str]]:
     padding-free DPO; grouping is opt-in there too.
     """
     training = recipe.training
-    if training.algorithm != "sft" or training.model_fields_set & set(BATCHING_KEYS):
+    if training.algorithm != "sft" or chosen_keys(training) & set(BATCHING_KEYS):
         return {}  # cpt packs fixed blocks; sft_vlm must pad (TRL refuses the rest); the recipe's choice wins
     attention = recipe.model.attn_implementation or "sdpa"
     if device.kind == "cuda" and any(name in attention for name in VARLEN_ATTENTION):
@@ -78,7 +84,7 @@ def reference_defaults(recipe: Recipe) -> dict[str, tuple[object, str]]:
     are runs that move the reference (sync_ref_model) or read images (TRL refuses both).
     """
     training = recipe.training
-    if training.algorithm != "dpo" or "precompute_ref_log_probs" in training.model_fields_set or recipe.uses_images:
+    if training.algorithm != "dpo" or "precompute_ref_log_probs" in chosen_keys(training) or recipe.uses_images:
         return {}
     epochs = training.value("num_train_epochs")
     if (training.value("max_steps") or -1) > 0 or training.value("sync_ref_model") or not epochs or epochs < 2:
@@ -91,7 +97,7 @@ def config_kwargs(recipe: Recipe, device, data_format: str | None) -> dict:
     if recipe.training.distributed is not None:  # the schema refused deepspeed/fsdp keys set beside it
         from posttrain.distributed.backends import backend_fields
 
-        set_keys = recipe.training.model_fields_set
+        set_keys = chosen_keys(recipe.training)
         kwargs.update({k: v for k, v in backend_fields(recipe.training.distributed).items() if k not in set_keys})
     kwargs.update({k: v for k, (v, _why) in runtime_defaults(recipe, device, data_format).items()})
     return kwargs
