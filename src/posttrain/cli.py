@@ -122,11 +122,12 @@ def _validate_task_recipe(path: str, overrides: list[str], raw: dict) -> int:
 
 
 def cmd_train(args) -> int:
-    from posttrain.distributed.launch import exec_torchrun, options_from_args
+    from posttrain.distributed.launch import exec_torchrun, options_from_args, restore_secret_overrides
     from posttrain.recipe.load import load_recipe, redact_overrides
     from posttrain.recipe.preflight import preflight
 
     recipe_path, overrides = _split_recipe_args(args)
+    overrides = restore_secret_overrides(overrides)  # a rank that `--nproc` started: its secrets came in the environment
     opts = options_from_args(args)
     with _planned_world_size(opts):  # every recipe error once, here, not once per process
         loaded = load_with_file_checks(load_recipe, recipe_path, overrides)

@@ -173,3 +173,44 @@ def _is_rank(proc, output_dir: str, rank: str) -> bool:
     except OSError:
         return False
     return f"RANK={rank}".encode() in environ and output_dir.encode() in cmdline and b"torch.distributed.run" not in cmdline
+
+
+def test_secret_overrides_reach_every_rank_and_no_command_line(tmp_path):
+    """`--nproc` hands the ranks their secret overrides (here an http reward's header) in the environment:
+    any user can read a process's command line (ps), only its owner its environment. The test watches
+    every process's command line during the run and checks the header the scoring service received."""
+    import sys
+    import time
+    from pathlib import Path
+
+    sys.path.insert(0, str(REPO / "tests" / "rewards"))
+    from test_http_reward import Scorer
+
+    secret = "Bearer sk-argv-0123456789abcdef"
+    server = Scorer()
+    try:
+        proc = start("train", "--recipe", "recipes/grpo/tiny-cpu.yaml", "--nproc", "2", f"training.output_dir={tmp_path / 'run'}",
+                     "training.max_steps=1", "training.per_device_train_batch_size=4", "training.max_completion_length=8",
+                     "training.save_steps=1000",
+                     f"training.rewards=[{{name: http, url: '{server.url}', headers: {{Authorization: '{secret}'}}}}]")
+        ranks_seen, leaks = set(), []
+        while proc.poll() is None:
+            for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+                try:
+                    words = cmdline.read_bytes().split(b"\0")
+                except OSError:
+                    continue  # the process ended meanwhile
+                # the user's own command (`--nproc`, until it execs torchrun) holds what the user typed;
+                # posttrain answers for the processes it starts: torchrun and the ranks
+                if b"posttrain" in words and b"train" in words and b"--nproc" not in words:
+                    ranks_seen.add(cmdline.parent.name)
+                    leaks += [w for w in words if secret.encode() in w]
+            time.sleep(0.05)
+        stdout = proc.stdout.read()
+    finally:
+        server.close()
+    assert proc.returncode == 0, stdout[-3000:]
+    assert len(ranks_seen) >= 3, ranks_seen  # torchrun and its two ranks were watched
+    assert leaks == []
+    assert "training.rewards=***" in stdout and secret not in stdout
+    assert server.headers and {h["Authorization"] for h in server.headers} == {secret}  # every rank scored with it

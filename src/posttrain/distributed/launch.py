@@ -20,6 +20,7 @@ Standard library only: this runs before anything heavy loads.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ from dataclasses import dataclass
 from posttrain.errors import UserError
 
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+# The secret overrides (API keys, reward headers) travel to the ranks here, not on their command lines:
+# any user of the machine can read a command line (ps, /proc/PID/cmdline), only the owner an environment.
+SECRETS_VAR = "POSTTRAIN_SECRET_OVERRIDES"
 
 
 @dataclass(frozen=True)
@@ -115,11 +119,20 @@ def torchrun_command(opts: LaunchOptions, posttrain_args: list[str]) -> list[str
 
 
 def exec_torchrun(opts: LaunchOptions, posttrain_args: list[str], shown_args: list[str]) -> None:
-    """Replace this process with torchrun (never returns); `shown_args` is what the log may show
-    (secret overrides blanked)."""
-    cmd = torchrun_command(opts, posttrain_args)
-    shown = torchrun_command(opts, shown_args)
+    """Replace this process with torchrun (never returns). `shown_args` (secret overrides blanked) is
+    what the log and every process's command line show; the blanked values go in SECRETS_VAR, and
+    each rank puts them back (`restore_secret_overrides`)."""
+    secrets = {shown: real for real, shown in zip(posttrain_args, shown_args) if real != shown}
+    if secrets:
+        os.environ[SECRETS_VAR] = json.dumps(secrets)
+    cmd = torchrun_command(opts, shown_args)
     print(f"posttrain: launching {opts.nproc} process(es) on this node"
-          + (f" of {opts.nnodes}" if opts.nnodes > 1 else "") + ": " + " ".join(shown[1:]), flush=True)
+          + (f" of {opts.nnodes}" if opts.nnodes > 1 else "") + ": " + " ".join(cmd[1:]), flush=True)
     sys.stderr.flush()
     os.execv(cmd[0], cmd)
+
+
+def restore_secret_overrides(overrides: list[str]) -> list[str]:
+    """In a rank posttrain launched: the overrides with the blanked secrets put back from the environment."""
+    secrets = json.loads(os.environ.pop(SECRETS_VAR, "{}"))
+    return [secrets.get(item, item) for item in overrides]
