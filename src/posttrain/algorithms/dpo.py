@@ -33,13 +33,15 @@ def build_trainer(run):
 
 def add_lengths(trainer) -> None:
     """A length column the grouped samplers read (train and eval), kept through TRL's removal of unused columns."""
-    name, cap = trainer.args.length_column_name, trainer.args.max_length
+    from posttrain.data.padding import row_lengths
+
+    name = trainer.args.length_column_name
 
     def with_lengths(dataset):
         if dataset is None or name in dataset.column_names:
             return dataset
-        lengths = [len(p) + max(len(c), len(r)) for p, c, r in zip(dataset["prompt_ids"], dataset["chosen_ids"], dataset["rejected_ids"])]
-        return dataset.add_column(name, [min(n, cap) if cap else n for n in lengths])
+        padded, _real = row_lengths(dataset, trainer.args.max_length)
+        return dataset.add_column(name, padded)
 
     trainer.train_dataset = with_lengths(trainer.train_dataset)
     if isinstance(trainer.eval_dataset, dict):

@@ -43,13 +43,13 @@ def gpu_compute_capability() -> float | None:
 
 def precision_problems(training) -> list[Problem]:
     """bf16 asked for on a machine without it: emulated on such a CPU (~6x slower), refused by an old GPU."""
-    from posttrain.models.loading import CPU_BF16_FLAGS, cpu_bf16_flag
-
     asked = [k for k in ("bf16", "bf16_full_eval") if getattr(training, k, None)]
     if not asked or getattr(training, "use_cpu", None):
         return []
     key = f"training.{asked[0]}"
     if not has_cuda():
+        from posttrain.models.loading import CPU_BF16_FLAGS, cpu_bf16_flag
+
         if cpu_bf16_flag():
             return []
         return [Problem(key, f"bf16 needs a CUDA GPU with bf16 support (Ampere or newer) or a CPU with native bf16 ({' or '.join(CPU_BF16_FLAGS)}), "
