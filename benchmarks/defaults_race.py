@@ -1,6 +1,6 @@
 """posttrain's defaults against TRL's and FAI-RL 0.2.x's, side by side in one run.
 
-    python benchmarks/defaults_race.py                                  # sft dpo grpo, 3 repeats (~16 min, 2 idle cores)
+    python benchmarks/defaults_race.py                                  # sft dpo grpo, 3 repeats (~13 min, 2 idle cores)
     python benchmarks/defaults_race.py --algorithm sft --repeats 1      # one algorithm
     python benchmarks/defaults_race.py --toy --repeats 1 --algorithm sft  # under a minute: the test in tests/benchmarks/
 
@@ -67,7 +67,7 @@ ALGORITHMS = ("sft", "dpo", "grpo")
 # (model, training rows per algorithm, eval rows, most problems per chat). The full sizes are the
 # smallest where the step time, not the first step's warm-up, sets tokens/s: at SFT 24 rows (3 steps)
 # posttrain measured 0.78x TRL, at 200 rows (25 steps) 1.31x, same day, idle 2-core machine. About
-# 16 min for all three algorithms x 3 contestants x 3 repeats on 2 idle cores.
+# 13 min for all three algorithms x 3 contestants x 3 repeats on 2 idle cores (12.4 min measured 2026-11-30).
 # GRPO needs at least 2 prompts: FAI-RL's one optimizer step is 16 completions (2 prompts x 8).
 SIZES = {
     "full": {"model": "tiny:qwen2-6m", "rows": {"sft": 200, "dpo": 64, "grpo": 8}, "eval_rows": 32, "max_k": 8},

@@ -1,5 +1,6 @@
 """DPO batching: length-grouped batches work (TRL 1.16's DPO data alone stops transformers' sampler),
-also on a dataset that carries precomputed reference log-probs (both are defaults for multi-epoch runs)."""
+also on a dataset that carries precomputed reference log-probs (grouping is opt-in; precomputing is the
+default for multi-epoch runs)."""
 
 import json
 import os
