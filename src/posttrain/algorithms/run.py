@@ -6,7 +6,6 @@ before output_dir is created, so a bad run leaves nothing behind.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
 import os
@@ -303,22 +302,14 @@ def resolve_model_sources(model_cfg) -> None:
         resolve_source(base)
 
 
-@contextlib.contextmanager
 def machine_lock(name: str):
     """An exclusive flock shared by this machine's processes (in the posttrain cache; the kernel drops it if we die)."""
-    import fcntl
     import hashlib
 
+    from posttrain.locks import exclusive
     from posttrain.storage.cache import default_cache_root
 
-    path = default_cache_root() / "locks" / (hashlib.sha256(name.encode()).hexdigest()[:32] + ".lock")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return exclusive(default_cache_root() / "locks" / (hashlib.sha256(name.encode()).hexdigest()[:32] + ".lock"))
 
 
 def same_checkpoint_everywhere(resume_from: Path | None, world: int) -> None:

@@ -148,6 +148,11 @@ def _check_spec(spec: str, where: str) -> None:
             parse_tiny_spec(spec)
     except (UserError, ValueError) as e:
         raise UserError(f"{where}: {e}") from None
+    from posttrain.models.gguf import spec_problem
+
+    problem = spec_problem(spec)
+    if problem:
+        raise UserError(f"{where}: {problem}")
 
 
 def _is_model_dir(path: Path) -> bool:
@@ -186,12 +191,16 @@ def _adapter_base(spec: str) -> str | None:
 def _same_model(a: str, b: str) -> bool:
     """Whether two specs name one model: the same path once resolved (a tiny: spec resolves to its
     cache folder, which is what adapters trained on it record), or the same hub id."""
+    from posttrain.models.gguf import gguf_file
+    from posttrain.models.loading import resolve_source
     from posttrain.models.tiny import cache_root, dir_name, parse_tiny_spec
 
     def canonical(spec: str) -> str:
         if spec == "tiny" or spec.startswith("tiny:"):
             arch, size = parse_tiny_spec(spec)
             return str((cache_root() / "tiny" / dir_name(arch, size)).resolve())
+        if gguf_file(spec) is not None:  # adapters trained on a GGUF record its converted folder
+            return str(Path(resolve_source(spec)).resolve())
         path = Path(spec).expanduser()
         return str(path.resolve()) if path.exists() else spec
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from posttrain.errors import UserError
 from posttrain.generation.base import Completion, Prompt, SamplingParams, check_params, has_images
 from posttrain.models.checkpoint_report import read_header, tensor_group
-from posttrain.models.loading import DeviceInfo, adapter_base, resolve_source, torch_dtype
+from posttrain.models.loading import DeviceInfo, adapter_base, resolve_source, source_notes, torch_dtype
 from posttrain.models.tokenizer_rules import ensure_pad_token
 
 
@@ -207,7 +207,7 @@ def load_for_generation(model_spec: str, device: str | None, dtype: str):
             model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype(dtype, info))
     except (OSError, ValueError, KeyError, UserError) as e:  # missing files, unreadable config, unknown model type
         raise UserError(f"cannot load model {model_spec!r} (from {source!r}): {e}") from None
-    notes = [f"model: {source} ({model.dtype}, {info.kind})", ensure_pad_token(tokenizer)]
+    notes = [*source_notes(source), f"model: {source} ({model.dtype}, {info.kind})", ensure_pad_token(tokenizer)]
     if adapter_dir is not None:
         model, note = attach_adapter(model, adapter_dir)
         notes.append(note)

@@ -1,5 +1,6 @@
-"""Load the model and tokenizer a recipe names: hub id, local directory, PEFT adapter directory or
-`tiny:` spec, on the right device with a dtype that suits it, following the tokenizer rule.
+"""Load the model and tokenizer a recipe names: hub id, local directory, PEFT adapter directory,
+GGUF file, `s3://` folder or `tiny:` spec, on the right device with a dtype that suits it,
+following the tokenizer rule.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class LoadedModel:
 
 
 def resolve_source(name: str) -> str:
-    """A model name as transformers can load it: `tiny:` specs and s3:// folders become cached directories."""
+    """A model name as transformers can load it: `tiny:` specs, s3:// folders and GGUF files become cached directories."""
     if name == "tiny" or name.startswith("tiny:"):
         from .tiny import resolve_tiny
 
@@ -74,7 +75,19 @@ def resolve_source(name: str) -> str:
         from posttrain.storage.cache import cached_download
 
         return str(cached_download(name))
+    from .gguf import gguf_file, resolve_gguf
+
+    if gguf_file(name) is not None:  # dequantized once per machine into a safetensors folder
+        return str(resolve_gguf(name))
     return str(Path(name).expanduser()) if Path(name).expanduser().exists() else name
+
+
+def source_notes(source: str) -> list[str]:
+    """Start-up lines about where a resolved model folder came from (a GGUF conversion), if anything."""
+    from .gguf import provenance_note
+
+    note = provenance_note(source) if Path(source).is_dir() else None
+    return [note] if note else []
 
 
 def adapter_base(path: str) -> str | None:
@@ -145,7 +158,7 @@ def load_model(model_cfg, device: DeviceInfo, *, trainable_adapter: bool = True,
     except (OSError, ValueError, KeyError) as e:  # missing files, unreadable config.json, unknown model type
         raise UserError(f"model.base_model_name: cannot load {model_cfg.base_model_name!r}: {e}") from None
 
-    notes = [f"model: {source} ({dtype}, {device.kind})", ensure_pad_token(tokenizer), fit_embeddings(model, tokenizer)]
+    notes = [*source_notes(source), f"model: {source} ({dtype}, {device.kind})", ensure_pad_token(tokenizer), fit_embeddings(model, tokenizer)]
     if getattr(model.config, "pad_token_id", None) is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     if adapter_dir is not None:

@@ -152,6 +152,8 @@ def kernel_problems(recipe) -> list[Problem]:
 
 
 def model_name_problems(name: str) -> list[Problem]:
+    from posttrain.models.gguf import spec_problem
+
     if name.startswith("tiny:") or name == "tiny":
         from posttrain.models.tiny import parse_tiny_spec
 
@@ -159,8 +161,11 @@ def model_name_problems(name: str) -> list[Problem]:
             parse_tiny_spec(name)
         except ValueError as e:
             return [Problem("model.base_model_name", str(e))]
+    elif name.lower().endswith(".gguf") or Path(name).expanduser().is_dir():
+        problem = spec_problem(name)
+        return [Problem("model.base_model_name", problem)] if problem else []
     elif looks_local(name) and not Path(name).expanduser().is_dir():
-        return [Problem("model.base_model_name", f"{name!r} looks like a local path but is not a directory; give a model or adapter directory, or a hub id.")]
+        return [Problem("model.base_model_name", f"{name!r} looks like a local path but is not a directory; give a model or adapter directory, a .gguf file, or a hub id.")]
     return []
 
 

@@ -24,13 +24,14 @@ changes, delete the cache entry (its path is logged) to fetch it again.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
 import shutil
 from pathlib import Path
+
+from posttrain.locks import exclusive
 
 from .errors import StorageError, error_code
 from .location import S3Location
@@ -65,7 +66,7 @@ def cached_download(uri: str, *, cache_root: str | Path | None = None, client=No
     if entry.is_dir():
         return _payload(entry)
     entry.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive(entry.parent / f"{entry.name}.lock", location):
+    with exclusive(entry.parent / f"{entry.name}.lock", f"waiting for another process downloading {location.uri}", log):
         if entry.is_dir():  # another process finished it while we waited
             return _payload(entry)
         for stale in entry.parent.glob(f".{entry.name}.partial-*"):
@@ -110,20 +111,3 @@ def _fetch(client, location: S3Location, target: Path, *, retries: int, backoff:
                            f"{location.uri}/; check the URI, the endpoint and that the credentials may list the bucket")
     download_dir(client, location.bucket, location.prefix, target, retries=retries, backoff=backoff)
     return "dir"
-
-
-@contextlib.contextmanager
-def _exclusive(lock_path: Path, location: S3Location):
-    """Hold an exclusive flock on ``lock_path``; say so when another process holds it first."""
-    import fcntl
-
-    with open(lock_path, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("waiting for another process downloading %s (lock %s)", location.uri, lock_path)
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
