@@ -48,6 +48,7 @@ class Run:
     storage: object = None  # NoStorage or S3RunStorage
     lock: OutputDirLock | None = None  # held by the main process for the whole run
     monitor: RunMonitor | None = None  # speed + health; RL trainers attach its timers
+    token_audits: list = field(default_factory=list)  # posttrain.data.token_audit.TokenAudit, filled by the trainer builder
 
     def trainer_kwargs(self) -> dict:
         """What every TRL trainer takes; algorithm modules add their own (reward functions, ...)."""
@@ -251,6 +252,8 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, peft_config, output_dir, callbacks, reports,
               resume_from, storage, lock, monitor)
     trainer = TRAINERS[training.algorithm](run)  # user rewards import here: a failure leaves output_dir as it was
+    for audit in run.token_audits:
+        log(audit.render())
     if training.algorithm in ("sft", "dpo") and is_main_process():
         from posttrain.data.padding import padding_note
 
@@ -423,6 +426,7 @@ def _write_summary(run: Run, result, seconds: float) -> None:
         "train_loss": result.training_loss,
         "wall_seconds": round(seconds, 2),
         "data": [r.render() for r in run.data_reports],
+        "token_audit": [a.to_dict() for a in run.token_audits],
         "model_notes": run.loaded.notes,
         **(run.monitor.summary() if run.monitor else {}),
     }

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 
 from posttrain.errors import UserError
 
+from .sft_tokens import ROW_COLUMN
 from .sources import load_split
+from .token_audit import SOURCE_COLUMN
 
 ROLES = {"system", "user", "assistant", "tool"}
 
@@ -172,7 +174,7 @@ def prepare_dataset(spec, key: str, algorithm: str, seed: int):
 def _prepared(raw, spec, key: str, fmt: str, mapping: dict, seed: int, templated: bool = False):
     reasons: Counter = Counter()
     rows = []
-    for record in raw:
+    for index, record in enumerate(raw):
         row = {trl: record[src] for trl, src in mapping.items()}
         tools = row.pop("tools", None)
         chat_pair = templated and fmt == "prompt_completion"
@@ -182,7 +184,7 @@ def _prepared(raw, spec, key: str, fmt: str, mapping: dict, seed: int, templated
             continue
         if "tools" in mapping:  # JSON text: function schemas differ in shape, which Arrow cannot hold as structs
             row["tools"] = tools if isinstance(tools, str) or tools is None else json.dumps(tools)
-        rows.append(row)
+        rows.append({**row, SOURCE_COLUMN: key, ROW_COLUMN: index})  # where each row came from, for the token audit
     if not rows:
         detail = "; ".join(f"{n} {why}" for why, n in reasons.most_common()) or "no rows"
         raise UserError(f"{key} ({spec.name}): no usable rows ({detail})")

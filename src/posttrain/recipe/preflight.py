@@ -211,7 +211,10 @@ def preflight(recipe: Recipe) -> None:
     name_problems = model_name_problems(name)
     problems += name_problems
     if not name_problems and looks_local(name):
-        problems += adapter_problems(model, Path(name).expanduser())
+        from posttrain.models.gguf import gguf_file
+
+        if gguf_file(name) is None:  # a GGUF file or folder becomes a model folder when it is converted
+            problems += adapter_problems(model, Path(name).expanduser())
     if model.load_in_4bit or model.load_in_8bit:
         key = "model.load_in_4bit" if model.load_in_4bit else "model.load_in_8bit"
         if not has_cuda():
