@@ -95,14 +95,17 @@ def assistant_spans(tokenizer, messages: list, tools=None, chat_template: str | 
     return full, spans
 
 
-def assistant_token_mask(tokenizer, messages: list, tools=None, chat_template: str | None = None,
+def assistant_token_mask(renderer, messages: list, tools=None, chat_template: str | None = None,
                          first_turn: int = 0) -> tuple[list[int], list[int]]:
     """(input_ids, mask) of a chat: mask[t] = 1 where token t belongs to an assistant turn.
 
-    The ids are those `apply_chat_template(tokenize=True)` gives (the rendered text, no special
-    tokens added). Raises `TemplateProblem`.
+    `renderer` is a tokenizer, or a VLM processor (its template renders, its tokenizer tokenizes;
+    image placeholders stay unexpanded: see `align_mask`). The ids are those
+    `apply_chat_template(tokenize=True)` gives (the rendered text, no special tokens added).
+    Raises `TemplateProblem`.
     """
-    full, spans = assistant_spans(tokenizer, messages, tools, chat_template, first_turn)
+    full, spans = assistant_spans(renderer, messages, tools, chat_template, first_turn)
+    tokenizer = getattr(renderer, "tokenizer", renderer)
     encoded = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
     mask, k = [0] * len(encoded["input_ids"]), 0
     for t, (token_start, token_end) in enumerate(encoded["offset_mapping"]):
@@ -113,6 +116,22 @@ def assistant_token_mask(tokenizer, messages: list, tools=None, chat_template: s
         if token_end > spans[k][0]:
             mask[t] = 1
     return list(encoded["input_ids"]), mask
+
+
+def align_mask(ids: list[int], mask: list[int], expanded: list[int], truncated: bool = False) -> list[int]:
+    """Carry `mask` over `ids` onto `expanded`: the same tokens with image placeholders expanded by a
+    VLM processor (LLaVA repeats `<image>` once per patch; others insert grid tokens). Expansion
+    only touches the user turns' media, so every assistant token lies in a block the two share.
+    Raises `TemplateProblem` if some assistant token cannot be placed (unless `expanded` was cut short)."""
+    from difflib import SequenceMatcher
+
+    out = [0] * len(expanded)
+    for a, b, n in SequenceMatcher(None, ids, expanded, autojunk=False).get_matching_blocks():
+        out[b:b + n] = mask[a:a + n]
+    if not truncated and sum(out) != sum(mask):
+        raise TemplateProblem(None, f"only {sum(out)} of the {sum(mask)} assistant tokens could be found in the processor's "
+                                    "tokens (the processor changes text outside the image placeholders)")
+    return out
 
 
 def template_error(problem: TemplateProblem, where: str, row: int, model: str) -> UserError:

@@ -26,7 +26,9 @@ from pathlib import Path
 from posttrain.errors import UserError
 
 from .formats import ROLES, DataReport, _columns_for, detect_format, hold_out, mix
+from .sft_tokens import ROW_COLUMN
 from .sources import load_split
+from .token_audit import SOURCE_COLUMN
 
 IMAGE_MARK, VIDEO_MARK = "<image>", "<video>"
 _MARKS = re.compile(f"({re.escape(IMAGE_MARK)}|{re.escape(VIDEO_MARK)})")
@@ -227,9 +229,9 @@ def prepare_vision_dataset(spec, key: str, data_cfg, seed: int, *, prompt_only: 
             extra = {k: v for k, v in record.items() if k not in media_cols and k not in taken}
             rows.append({**extra, "prompt": messages, "images": ordered, "answer": str(record[spec.answer_column])})
         elif fmt == "messages":
-            rows.append({"messages": messages, "images": ordered})
+            rows.append({"messages": messages, "images": ordered, SOURCE_COLUMN: key, ROW_COLUMN: index})
         else:
-            rows.append({"prompt": messages[:1], "completion": messages[1:], "images": ordered})
+            rows.append({"prompt": messages[:1], "completion": messages[1:], "images": ordered, SOURCE_COLUMN: key, ROW_COLUMN: index})
     report = DataReport(key, spec.name, f"{fmt}+images", len(raw), len(rows), reasons, dict(rows_by_reason))
     if not rows:
         raise UserError(f"{key} ({spec.name}): no usable rows; {report.render().split(': ', 1)[1]}")

@@ -21,7 +21,7 @@ from pathlib import Path
 from .tiny import CHAT_TEMPLATE, EOS_TOKEN, IM_END, MAX_POSITIONS, PAD_TOKEN, SIZES
 
 # Bump when the build's output changes; part of the cache folder's name (tiny.dir_name).
-VLM_BUILDER_VERSION = 2
+VLM_BUILDER_VERSION = 3
 IMAGE_TOKEN = "<image>"
 IMAGE_SIZE = 64
 # 32-pixel patches: 4 image tokens per image. With 8-pixel patches (64 tokens, v1) a random 2M model
@@ -33,12 +33,14 @@ TOKENS_PER_IMAGE = (IMAGE_SIZE // PATCH_SIZE) ** 2
 VISION = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
 
 # ChatML as for the text models, with an image content part rendered as the <image> placeholder
-# that the processor expands into one token per patch.
+# that the processor expands into one token per patch, and without `{% generation %}` markers, as
+# real processors' templates (LLaVA, Qwen2-VL, Idefics) are: sft_vlm must find the assistant's
+# tokens without them (posttrain.data.chat_masks), and the tests meet the same template users do.
 VLM_CHAT_TEMPLATE = CHAT_TEMPLATE.replace(
     "{%- if p.type == 'text' -%}{{ p.text }}{%- endif -%}",
     "{%- if p.type == 'text' -%}{{ p.text }}{%- elif p.type == 'image' -%}{{ '" + IMAGE_TOKEN + "' }}{%- endif -%}",
-)
-assert VLM_CHAT_TEMPLATE != CHAT_TEMPLATE  # the text template's macro changed: update the replacement
+).replace("{%- generation -%}", "").replace("{%- endgeneration -%}", "")
+assert VLM_CHAT_TEMPLATE != CHAT_TEMPLATE and "generation -%}" not in VLM_CHAT_TEMPLATE  # the text template changed: update this
 
 
 def build_processor(seed: int = 0):
