@@ -67,13 +67,3 @@ def test_eval_fraction_holds_out_disjoint_rows(data_dir):
     train, _, evaluation = read_prompt_data(data, seed=0)
     assert (len(train), len(evaluation)) == (48, 16)
     assert not {q for q in train["question"]} & {q for q in evaluation["question"]}
-
-
-def test_dpo_long_pairs_are_counted_with_the_end_that_is_cut(tok):
-    from posttrain.data.prompts import long_pairs_note
-
-    ds = datasets.Dataset.from_list([{"prompt": "Q: 1 + 1?", "chosen": " 2", "rejected": " 3"},
-                                     {"prompt": "Q: " + "apples " * 40, "chosen": " 2", "rejected": " 3"}])
-    assert "every pair fits" in long_pairs_note(ds, tok, 200, "keep_start")
-    note = long_pairs_note(ds, tok, 20, "keep_end")
-    assert "1 of 2 pairs are longer" in note and "cuts the start of the prompt" in note

@@ -31,7 +31,7 @@ def test_auditor_counts_what_survives_truncation():
     assert (a.rows, a.no_label_rows, a.truncated_rows, a.label_tokens, a.end_of_turn_labelled) == (3, 1, 2, [2, 2], 2)
     assert b.label_tokens == [1] and b.end_of_turn_labelled == 0
     assert a.render() == ("token audit a (train): 3 rows; label tokens per row min 2 / median 2 / max 2; 1 rows without a label "
-                          "token (dropped); 2 of 3 rows (66.7%) truncated at max_length=4; end of turn (<eos>) labelled in 2 of 2 "
+                          "token (dropped); 2 of 3 rows (66.7%) truncated at max_length=4 (keep_start: cuts the ends of the responses); end of turn (<eos>) labelled in 2 of 2 "
                           "rows (pad == eos: padding is masked by the attention mask, this one is trained)")
 
 
@@ -46,7 +46,7 @@ def test_rows_without_labels_are_dropped_counted_per_dataset(cli, tmp_path, data
     lines = [line for line in result.stdout.splitlines() if line.startswith("token audit")]
     assert len(lines) == 2, result.stdout
     assert lines[0].startswith("token audit data.datasets[0] (train): 13 rows;")
-    assert "; 3 rows without a label token (dropped); 3 of 13 rows (23.1%) truncated at max_length=64" in lines[0]
+    assert "; 3 rows without a label token (dropped); 3 of 13 rows (23.1%) truncated at max_length=64 (keep_start" in lines[0]
     assert lines[1].startswith("token audit data.datasets[1] (train): 10 rows;") and "; 0 rows without a label token;" in lines[1]
     audits = json.loads((out / "run_summary.json").read_text())["token_audit"]
     assert [(a["key"], a["rows"], a["no_label_rows"], a["truncated_rows"]) for a in audits] == [
@@ -80,3 +80,18 @@ def test_a_template_that_rewrites_history_stops_the_run_naming_row_and_turn(cli,
     assert "data.datasets[0], row 3, message 1: the template is not prefix-preserving" in result.stderr
     assert "training.chat_template_path=<file.jinja>" in result.stderr and "Traceback" not in result.stderr
     assert not out.exists()
+
+
+def test_dpo_pairs_whose_prompt_fills_max_length_are_counted(cli, tmp_path):
+    """TRL drops them without a word; the audit counts them, and trains on the rest."""
+    pairs = [{"prompt": f"What is {i} + 1?", "chosen": f" {i + 1}", "rejected": f" {i + 2}"} for i in range(12)]
+    data = write(tmp_path / "pairs.jsonl", pairs + [{"prompt": LONG + str(i), "chosen": " 4", "rejected": " 5"} for i in range(4)])
+    out = tmp_path / "run"
+    result = cli("train", "--recipe", "recipes/dpo/tiny-cpu.yaml", f"training.output_dir={out}", "training.max_steps=2",
+                 "training.max_length=64", f"data.datasets[0].name={data}", "data.eval_fraction=null", "training.eval_strategy=no",
+                 "training.eval_steps=null")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    line = next(line for line in result.stdout.splitlines() if line.startswith("token audit"))
+    assert line.startswith("token audit data.datasets[0] (train): 16 pairs; label tokens per pair min ")
+    assert "; 4 pairs without a label token (dropped); 4 of 16 pairs (25.0%) truncated at max_length=64" in line
+    assert "labelled in 12 of 12 pairs" in line

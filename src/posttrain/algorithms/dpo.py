@@ -26,9 +26,49 @@ def build_trainer(run):
     from trl import DPOTrainer
 
     trainer = DPOTrainer(**run.trainer_kwargs())
+    audit_pairs(run, trainer)
     if trainer.args.train_sampling_strategy in GROUPED:
         add_lengths(trainer)
     return trainer
+
+
+def audit_pairs(run, trainer) -> None:
+    """The token audit of DPO's tokenized pairs (`posttrain.data.token_audit`), per recipe dataset.
+
+    Label tokens of a pair are its chosen plus rejected tokens that survive the collator's
+    truncation of prompt + response to max_length. TRL drops, without a word, pairs whose prompt
+    alone fills max_length (keep_start): they are counted here as pairs without a label token.
+    """
+    from collections import Counter
+
+    from posttrain.data.token_audit import SOURCE_COLUMN, Auditor, end_of_turn, kept_labels
+
+    args = trainer.args
+    ids, text, pad_is_eos = end_of_turn(trainer.processing_class, getattr(trainer.model, "generation_config", None))
+    for split, before, after in (("train", run.train_dataset, trainer.train_dataset), ("eval", run.eval_dataset, trainer.eval_dataset)):
+        if before is None or after is None or isinstance(after, dict):
+            continue
+        auditor = Auditor(split, args.max_length, ids, text, pad_is_eos, unit="pair", truncation_mode=args.truncation_mode)
+        sources = after[SOURCE_COLUMN] if SOURCE_COLUMN in after.column_names else [None] * len(after)
+        keep = []
+        for i, (prompt, chosen, rejected, source) in enumerate(zip(after["prompt_ids"], after["chosen_ids"], after["rejected_ids"], sources)):
+            masked = [-100] * len(prompt)
+            kept = [[t for t in kept_labels(masked + side, args.max_length, args.truncation_mode) if t != -100] for side in (chosen, rejected)]
+            # a pair trains only if both responses keep a token: one side alone compares nothing
+            if auditor.add(source, len(prompt) + max(len(chosen), len(rejected)), kept[0] + kept[1] if all(kept) else []):
+                keep.append(i)
+        if SOURCE_COLUMN in before.column_names:  # dropped by TRL before we saw them: the prompt filled max_length
+            missing = Counter(before[SOURCE_COLUMN]) - Counter(sources)
+            for source, n in missing.items():
+                for _ in range(n):
+                    auditor.add(source, (args.max_length or 0) + 1, [])
+        run.token_audits += auditor.finish()
+        if len(keep) < len(after):
+            after = after.select(keep)
+            if split == "train":
+                trainer.train_dataset = after
+            else:
+                trainer.eval_dataset = after
 
 
 def add_lengths(trainer) -> None:

@@ -234,10 +234,6 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     for note in loaded.notes:
         log(note)
     train_dataset, eval_dataset = fit_prompts(recipe, loaded.tokenizer, [train_dataset, eval_dataset])
-    if data_format == "preference":
-        from posttrain.data.prompts import long_pairs_note
-
-        log(long_pairs_note(train_dataset, loaded.tokenizer, trl_config.max_length, trl_config.truncation_mode))
 
     monitor = make_monitor(recipe, loaded, trl_config)
     # monitor first: it adds speed/health keys to the record MetricsFile writes

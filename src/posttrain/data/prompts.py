@@ -124,26 +124,3 @@ def enforce_prompt_length(ds, tokenizer, max_tokens: int | None, mode: str):
     texts = [tokenizer.decode(i[-max_tokens:]) for i in ids]
     ds = ds.remove_columns("prompt").add_column("prompt", texts)
     return ds, f"data.max_prompt_length={max_tokens}: left-truncated {over} of {len(ids)} prompts (longest {max(map(len, ids))} tokens)"
-
-
-def sequence_tokens(prompt, answer, tokenizer) -> int:
-    """Tokens of prompt + answer as the trainer will see them (chat template for chats)."""
-    if isinstance(prompt, list) and isinstance(answer, list) and tokenizer.chat_template:
-        return len(tokenizer.apply_chat_template(prompt + answer, tokenize=True, return_dict=True)["input_ids"])
-    text = lambda x: x if isinstance(x, str) else "".join(m.get("content") or "" for m in x)  # noqa: E731
-    return len(tokenizer(text(prompt) + text(answer), add_special_tokens=False)["input_ids"])
-
-
-def long_pairs_note(ds, tokenizer, max_length: int | None, truncation_mode: str) -> str | None:
-    """DPO: say how many pairs training.max_length will truncate, and which end it cuts."""
-    if max_length is None:
-        return None
-    over = sum(
-        max(sequence_tokens(row["prompt"], row["chosen"], tokenizer), sequence_tokens(row["prompt"], row["rejected"], tokenizer)) > max_length
-        for row in ds
-    )
-    if not over:
-        return f"training.max_length={max_length}: every pair fits"
-    cut = "the ends of the answers" if truncation_mode == "keep_start" else "the start of the prompt"
-    return (f"training.max_length={max_length}: {over} of {len(ds)} pairs are longer and will be truncated "
-            f"(truncation_mode={truncation_mode} cuts {cut}); raise max_length or set data.max_prompt_length to drop long prompts")

@@ -46,7 +46,7 @@ def audit(dataset, split: str, *, max_length: int | None, truncation_mode: str, 
           end_of_turn_text: str | None, pad_is_eos: bool):
     """(dataset without rows that train nothing, TokenAudits) for a tokenized, labelled, untruncated dataset."""
     limit = None if packing else max_length  # packing cuts fixed blocks: nothing is truncated away
-    auditor = Auditor(split, limit, end_of_turn_ids, end_of_turn_text, pad_is_eos)
+    auditor = Auditor(split, limit, end_of_turn_ids, end_of_turn_text, pad_is_eos, truncation_mode=truncation_mode)
     sources = dataset[SOURCE_COLUMN] if SOURCE_COLUMN in dataset.column_names else [None] * len(dataset)
     keep = [i for i, (labels, source) in enumerate(zip(dataset["labels"], sources))
             if auditor.add(source, len(labels), kept_labels(labels, limit, truncation_mode))]

@@ -38,6 +38,7 @@ class TokenAudit:
     end_of_turn_labelled: int = 0
     pad_is_eos: bool = False
     unit: str = "row"  # DPO audits pairs
+    truncation_mode: str = "keep_start"
 
     def render(self) -> str:
         unit = self.unit
@@ -49,6 +50,9 @@ class TokenAudit:
         if self.max_length is not None:
             share = self.truncated_rows / self.rows if self.rows else 0.0
             text += f"; {self.truncated_rows} of {self.rows} {unit}s ({share:.1%}) truncated at max_length={self.max_length}"
+            if self.truncated_rows:
+                cut = "the ends of the responses" if self.truncation_mode == "keep_start" else "the starts of the prompts"
+                text += f" ({self.truncation_mode}: cuts {cut})"
         if self.end_of_turn is not None:
             text += f"; end of turn ({self.end_of_turn}) labelled in {self.end_of_turn_labelled} of {len(counts)} {unit}s"
             if self.pad_is_eos:
@@ -74,8 +78,8 @@ class Auditor:
     """Collects one TokenAudit per (dataset key, split) while rows are checked one by one."""
 
     def __init__(self, split: str, max_length: int | None, end_of_turn_ids: set[int], end_of_turn: str | None,
-                 pad_is_eos: bool, unit: str = "row"):
-        self.split, self.max_length, self.unit = split, max_length, unit
+                 pad_is_eos: bool, unit: str = "row", truncation_mode: str = "keep_start"):
+        self.split, self.max_length, self.unit, self.truncation_mode = split, max_length, unit, truncation_mode
         self.end_of_turn_ids, self.end_of_turn, self.pad_is_eos = end_of_turn_ids, end_of_turn, pad_is_eos
         self.audits: dict[str, TokenAudit] = {}
 
@@ -85,7 +89,7 @@ class Auditor:
         audit = self.audits.get(key)
         if audit is None:
             audit = self.audits[key] = TokenAudit(key, self.split, max_length=self.max_length, end_of_turn=self.end_of_turn,
-                                                  pad_is_eos=self.pad_is_eos, unit=self.unit)
+                                                  pad_is_eos=self.pad_is_eos, unit=self.unit, truncation_mode=self.truncation_mode)
         audit.rows += 1
         if self.max_length is not None and length > self.max_length:
             audit.truncated_rows += 1
