@@ -125,6 +125,15 @@ def fit_prompts(recipe, tokenizer, datasets_: list):
     return out
 
 
+def audit_prompts(train_dataset, eval_dataset, tokenizer, trl_config) -> list:
+    """RL runs: the prompts' token counts (posttrain.data.token_audit.PromptAudit)."""
+    from posttrain.data.prompts import prompt_token_count
+    from posttrain.data.token_audit import PromptAudit
+
+    return [PromptAudit(split, [len(prompt_token_count(p, tokenizer)) for p in ds["prompt"]], trl_config.max_completion_length)
+            for split, ds in (("train", train_dataset), ("eval", eval_dataset)) if ds is not None and len(ds)]
+
+
 def make_trl_config(recipe, device, data_format):
     """The TRL config, built before the model loads so that settings TRL rejects fail fast (exit 2)."""
     from posttrain.errors import UserError
@@ -234,6 +243,7 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     for note in loaded.notes:
         log(note)
     train_dataset, eval_dataset = fit_prompts(recipe, loaded.tokenizer, [train_dataset, eval_dataset])
+    prompt_audits = audit_prompts(train_dataset, eval_dataset, loaded.tokenizer, trl_config) if data_format == "prompt" and not recipe.uses_images else []
 
     monitor = make_monitor(recipe, loaded, trl_config)
     # monitor first: it adds speed/health keys to the record MetricsFile writes
@@ -246,7 +256,7 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     # would make TRL stack a new adapter (or refuse: "PeftModel together with a peft_config").
     peft_config = None if loaded.adapter_dir is not None else lora_config(recipe.model)
     run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, peft_config, output_dir, callbacks, reports,
-              resume_from, storage, lock, monitor)
+              resume_from, storage, lock, monitor, prompt_audits)
     trainer = TRAINERS[training.algorithm](run)  # user rewards import here: a failure leaves output_dir as it was
     for audit in run.token_audits:
         log(audit.render())

@@ -71,7 +71,7 @@ def add_parser(subparsers) -> None:
                     "OUT/summary.json and OUT/summary.md, and print the summary table.",
         epilog=EPILOG + "\nexample:\n  posttrain eval --model tiny:qwen2-1m --task arithmetic --n 20 --max-new-tokens 32\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", help="hub id, local model or adapter dir, tiny:ARCH-SIZE, s3://BUCKET/PATH, or an API/vLLM spec (openai:MODEL, vllm:PATH, ...)")
+    p.add_argument("--model", help="hub id, local model or adapter dir, a .gguf file (dequantized once), tiny:ARCH-SIZE, s3://BUCKET/PATH, or an API/vLLM spec (openai:MODEL, vllm:PATH, ...)")
     _shared_arguments(p)
     p.set_defaults(func=cmd_eval)
 
@@ -139,7 +139,7 @@ def _check_spec(spec: str, where: str) -> None:
     from posttrain.generation.engines import engine_kind
 
     if spec.startswith((".", "/", "~")) and not Path(spec).expanduser().exists():
-        raise UserError(f"{where}: {spec} does not exist; give a model or adapter directory, a run directory, a hub id or tiny:ARCH-SIZE")
+        raise UserError(f"{where}: {spec} does not exist; give a model or adapter directory, a run directory, a .gguf file, a hub id or tiny:ARCH-SIZE")
     try:
         engine_kind(spec)
         if spec == "tiny" or spec.startswith("tiny:"):

@@ -27,7 +27,7 @@ OUTPUT_FIELDS = ["model", "index", "prompt", "completion", "prompt_tokens", "com
 PROMPT_COLUMNS = ("prompt", "messages")  # tried in this order when --prompt-column is not given
 
 EPILOG = """\
-model specs: a hub id, a local model or adapter dir, tiny:ARCH-SIZE, s3://BUCKET/PATH, vllm:MODEL_OR_PATH,
+model specs: a hub id, a local model or adapter dir, a .gguf file, tiny:ARCH-SIZE, s3://BUCKET/PATH, vllm:MODEL_OR_PATH,
 openai:MODEL, anthropic:MODEL, gemini:MODEL. API keys are read from OPENAI_API_KEY,
 ANTHROPIC_API_KEY, GEMINI_API_KEY (or the variable named by --api-key-env) and never written out.
 

@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
         epilog="example: posttrain vllm-serve --model Qwen/Qwen2.5-0.5B-Instruct --port 8000 -- --enforce-eager",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--model", required=True, help="hub id, local model directory, tiny:ARCH-SIZE or s3://bucket/model/")
+    p.add_argument("--model", required=True, help="hub id, local model directory, a .gguf file, tiny:ARCH-SIZE or s3://bucket/model/")
     p.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs one model copy is split over (default 1)")
     p.add_argument("--data-parallel-size", type=int, default=1, help="model copies (default 1)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="share of each GPU's memory vLLM may take, 0-1 (default 0.9)")

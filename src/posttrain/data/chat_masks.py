@@ -32,9 +32,9 @@ from posttrain.errors import UserError
 class TemplateProblem(ValueError):
     """The chat template cannot show where the assistant's tokens are in one chat."""
 
-    def __init__(self, turn: int | None, message: str):
+    def __init__(self, turn: int | None, message: str, drops_tools: bool = False):
         super().__init__(message)
-        self.turn, self.message = turn, message
+        self.turn, self.message, self.drops_tools = turn, message, drops_tools
 
 
 def _render(tokenizer, messages: list, tools, add_generation_prompt: bool, chat_template: str | None) -> str:
@@ -86,12 +86,13 @@ def assistant_spans(tokenizer, messages: list, tools=None, chat_template: str | 
             name = (call.get("function") or call).get("name") if isinstance(call, dict) else None
             if name and name not in through[start:end]:
                 raise TemplateProblem(i, f"the chat template does not render tool calls: assistant message {i} calls "
-                                         f"{name!r}, and its rendered turn does not mention it")
+                                         f"{name!r}, and its rendered turn does not mention it", drops_tools=True)
         spans.append((start, end))
     for tool in tools or []:
         name = (tool.get("function") or tool).get("name") if isinstance(tool, dict) else None
         if name and name not in full:
-            raise TemplateProblem(None, f"the chat template does not render the tools offered: {name!r} is not in the rendered chat")
+            raise TemplateProblem(None, f"the chat template does not render the tools offered: {name!r} is not in the rendered chat",
+                                  drops_tools=True)
     return full, spans
 
 
@@ -137,6 +138,11 @@ def align_mask(ids: list[int], mask: list[int], expanded: list[int], truncated: 
 def template_error(problem: TemplateProblem, where: str, row: int, model: str) -> UserError:
     """The exit-2 error for a chat the template cannot mask, naming the dataset, row, turn and the fix."""
     turn = f", message {problem.turn}" if problem.turn is not None else ""
+    if problem.drops_tools:  # training on every token would still train on chats without their tool calls
+        return UserError(
+            f"{where}, row {row}{turn}: {problem.message}. The chat template of {model} would train on these chats without "
+            "their tools. Fix: give a template that renders tools and tool calls (training.chat_template_path=<file.jinja>; "
+            "for ChatML models such as SmolLM2: recipes/templates/chatml-tools.jinja).")
     return UserError(
         f"{where}, row {row}{turn}: {problem.message}. The chat template of {model} cannot be trained with loss on the "
         "assistant's turns. Fix: give a template that renders these chats as they are (training.chat_template_path="

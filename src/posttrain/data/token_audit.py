@@ -125,3 +125,23 @@ def end_of_turn(tokenizer, generation_config=None) -> tuple[set[int], str | None
     text = " / ".join(tokenizer.convert_ids_to_tokens(ids)) if ids else None
     pad_is_eos = tokenizer.pad_token_id is not None and tokenizer.pad_token_id in ids
     return set(ids), text, pad_is_eos
+
+
+@dataclass
+class PromptAudit:
+    """GRPO/GSPO: the prompts' tokens (the trained tokens are the completions, generated during the run)."""
+
+    split: str
+    prompt_tokens: list[int] = field(repr=False)
+    max_completion_length: int | None
+
+    def render(self) -> str:
+        counts = self.prompt_tokens
+        return (f"token audit prompts ({self.split}): {len(counts)} prompts; prompt tokens min {min(counts)} / median "
+                f"{statistics.median(counts):g} / max {max(counts)} (chat template applied); trained tokens are the generated "
+                f"completions, up to max_completion_length={self.max_completion_length} each")
+
+    def to_dict(self) -> dict:
+        counts = self.prompt_tokens
+        return {"key": "prompts", "split": self.split, "rows": len(counts), "max_completion_length": self.max_completion_length,
+                "prompt_tokens": {"min": min(counts), "median": statistics.median(counts), "max": max(counts)}}

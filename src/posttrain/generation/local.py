@@ -44,7 +44,7 @@ from posttrain.models.tokenizer_rules import ensure_pad_token
 class TransformersEngine:
     """Generate with a transformers causal LM, batch_size prompts at a time.
 
-    model_spec: hub id, local dir, PEFT adapter dir or `tiny:ARCH-SIZE`.
+    model_spec: hub id, local dir, PEFT adapter dir, .gguf file or `tiny:ARCH-SIZE`.
     device: "cuda", "mps", "cpu" or None (the best one available).
     dtype: "auto" (bf16 on a bf16-capable GPU, float32 elsewhere) or a torch dtype name.
     use_chat_template: wrap plain-string prompts as one user turn in the tokenizer's chat template

@@ -52,7 +52,8 @@ class ModelSection(Section):
     base_model_name: str = Field(
         min_length=1,
         description="What to train: a hub id ('Qwen/Qwen2.5-0.5B-Instruct'), a local model directory, a PEFT "
-        "adapter directory (its base is loaded and the adapter keeps training), or 'tiny:[arch][-size]' for a "
+        "adapter directory (its base is loaded and the adapter keeps training), a GGUF file ('models/x.Q4_K_M.gguf', "
+        "or a folder holding one; dequantized to float32 once per machine, needs the gguf package), or 'tiny:[arch][-size]' for a "
         "small random model built locally in seconds (e.g. 'tiny:', 'tiny:llama-2m'; offline tests and demos)."
     )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit) of the model.")
