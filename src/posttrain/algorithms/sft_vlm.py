@@ -27,8 +27,7 @@ def media_masking_collator(processor, trl_config, completion_only_loss: bool, as
     from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
 
     from posttrain.data.chat_masks import TemplateProblem, align_mask, assistant_token_mask, template_error
-    from posttrain.data.sft_tokens import ROW_COLUMN
-    from posttrain.data.token_audit import SOURCE_COLUMN
+    from posttrain.data.token_audit import ROW_COLUMN, SOURCE_COLUMN
     from posttrain.models.vision import media_token_ids
 
     media_ids = media_token_ids(processor)

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 
 from posttrain.errors import UserError
 
-from .sft_tokens import ROW_COLUMN
 from .sources import load_split
-from .token_audit import SOURCE_COLUMN
+from .token_audit import ROW_COLUMN, SOURCE_COLUMN
 
 ROLES = {"system", "user", "assistant", "tool"}
 

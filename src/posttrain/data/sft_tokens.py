@@ -15,9 +15,7 @@
 from __future__ import annotations
 
 from .chat_masks import TemplateProblem, assistant_token_mask, template_error
-from .token_audit import SOURCE_COLUMN, Auditor, kept_labels
-
-ROW_COLUMN = "posttrain_row"  # the row's index in its data file, for error messages
+from .token_audit import ROW_COLUMN, SOURCE_COLUMN, Auditor, kept_labels
 
 
 def mask_chats(dataset, tokenizer, *, model: str, completion_only_loss: bool | None):

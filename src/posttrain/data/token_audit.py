@@ -20,9 +20,11 @@ from dataclasses import asdict, dataclass, field
 
 from posttrain.errors import UserError
 
-# Added to SFT/CPT/DPO/VLM rows by the data step: which recipe dataset a row came from, so the audit
-# can speak per dataset after they are mixed. The trainers drop it with every other unused column.
+# Added to SFT/CPT/DPO/VLM rows by the data step: which recipe dataset a row came from (so the audit
+# can speak per dataset after they are mixed) and its index in that file (for error messages). The
+# trainers drop them with every other unused column.
 SOURCE_COLUMN = "posttrain_source"
+ROW_COLUMN = "posttrain_row"
 
 
 @dataclass

@@ -26,9 +26,8 @@ from pathlib import Path
 from posttrain.errors import UserError
 
 from .formats import ROLES, DataReport, _columns_for, detect_format, hold_out, mix
-from .sft_tokens import ROW_COLUMN
 from .sources import load_split
-from .token_audit import SOURCE_COLUMN
+from .token_audit import ROW_COLUMN, SOURCE_COLUMN
 
 IMAGE_MARK, VIDEO_MARK = "<image>", "<video>"
 _MARKS = re.compile(f"({re.escape(IMAGE_MARK)}|{re.escape(VIDEO_MARK)})")
