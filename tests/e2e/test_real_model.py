@@ -148,7 +148,9 @@ def test_generate_eval_compare(cli, tmp_path, smollm2, sft_adapter):
     common = ["--task", "arithmetic", "--n", "4", "--max-new-tokens", "8", "--no-progress"]
     ev = cli("eval", "--model", smollm2, *common, "--out", tmp_path / "eval")
     assert ev.returncode == 0, ev.stderr[-2000:]
-    assert json.loads((tmp_path / "eval" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    (arm,) = summary["arms"]
+    assert summary["task"] == "arithmetic" and arm["n"] == 4 and arm["errors"] == 0 and arm["spec"] == str(smollm2)
     cmp = cli("compare", "--arm", f"base={smollm2}", "--arm", f"sft={sft_adapter}", *common, "--out", tmp_path / "cmp")
     assert cmp.returncode == 0, cmp.stdout[-2000:] + cmp.stderr[-2000:]
     report = (tmp_path / "cmp" / "report.md").read_text()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.data.token_audit import Auditor, kept_labels
+from posttrain.data.token_audit import Auditor, EndOfTurn, kept_labels
 
 pytestmark = pytest.mark.e2e
 
@@ -22,7 +22,7 @@ def write(path: Path, rows: list[dict]) -> Path:
 
 
 def test_auditor_counts_what_survives_truncation():
-    auditor = Auditor("train", 4, {3}, "<eos>", pad_is_eos=True)
+    auditor = Auditor("train", 4, EndOfTurn(frozenset({3}), "<eos>", True))
     assert auditor.add("a", 3, kept_labels([-100, 5, 3], 4))
     assert not auditor.add("a", 6, kept_labels([-100] * 4 + [7, 3], 4))  # its labels are cut away (keep_start)
     assert auditor.add("a", 6, kept_labels([-100] * 4 + [7, 3], 4, "keep_end"))

@@ -44,11 +44,11 @@ def audit_pairs(run, trainer) -> None:
     from posttrain.data.token_audit import SOURCE_COLUMN, Auditor, end_of_turn, kept_labels
 
     args = trainer.args
-    ids, text, pad_is_eos = end_of_turn(trainer.processing_class, getattr(trainer.model, "generation_config", None))
+    eot = end_of_turn(trainer.processing_class, getattr(trainer.model, "generation_config", None))
     for split, before, after in (("train", run.train_dataset, trainer.train_dataset), ("eval", run.eval_dataset, trainer.eval_dataset)):
         if before is None or after is None or isinstance(after, dict):
             continue
-        auditor = Auditor(split, args.max_length, ids, text, pad_is_eos, unit="pair", truncation_mode=args.truncation_mode)
+        auditor = Auditor(split, args.max_length, eot, unit="pair", truncation_mode=args.truncation_mode)
         sources = after[SOURCE_COLUMN] if SOURCE_COLUMN in after.column_names else [None] * len(after)
         keep = []
         for i, (prompt, chosen, rejected, source) in enumerate(zip(after["prompt_ids"], after["chosen_ids"], after["rejected_ids"], sources)):

@@ -54,7 +54,8 @@ def audited_trainer_class():
 
     The one hook is `SFTTrainer._prepare_dataset` (TRL 1.16), called once per dataset at init. If
     an upgrade stops calling it, the trainer refuses to start instead of silently training
-    without assistant masks (tests/e2e/test_chat_templates.py checks that it is called).
+    without assistant masks (tests/e2e/test_real_model.py decodes the labels it builds;
+    tests/e2e/test_token_audit.py reads its audit through the CLI).
     """
     from trl import SFTTrainer
 
@@ -87,9 +88,8 @@ def audited_trainer_class():
             whole = copy.copy(args)  # tokenize and label, but truncate, pack and shuffle only after the audit
             whole.max_length, whole.shuffle_dataset = None, False
             dataset = super()._prepare_dataset(dataset, processing_class, whole, False, formatting_func, dataset_name)
-            ids, text, pad_is_eos = end_of_turn(tokenizer, self._generation_config)
             dataset, audits = sft_tokens.audit(dataset, dataset_name, max_length=args.max_length, truncation_mode=args.truncation_mode,
-                                               packing=packing, end_of_turn_ids=ids, end_of_turn_text=text, pad_is_eos=pad_is_eos)
+                                               packing=packing, eot=end_of_turn(tokenizer, self._generation_config))
             self.token_audits += audits
             return super()._prepare_dataset(dataset, processing_class, args, packing, None, dataset_name)
 

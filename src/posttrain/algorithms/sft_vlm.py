@@ -18,10 +18,12 @@ frozen tower the same way.
 
 from __future__ import annotations
 
+import copy
 
-def media_masking_collator(processor, trl_config, completion_only_loss: bool, assistant_only_loss: bool | None = None,
-                           model_name: str = "this model", max_length="from config"):
-    """TRL's vision collator, plus: chats labelled on the assistant's tokens only, image/video tokens never."""
+
+def media_masking_collator(processor, trl_config, completion_only_loss: bool, model_name: str = "this model"):
+    """TRL's vision collator, plus: chats labelled on the assistant's tokens only (trl_config.assistant_only_loss),
+    image/video tokens never."""
     import torch
     from trl.data_utils import prepare_multimodal_messages
     from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
@@ -31,9 +33,7 @@ def media_masking_collator(processor, trl_config, completion_only_loss: bool, as
     from posttrain.models.vision import media_token_ids
 
     media_ids = media_token_ids(processor)
-    if assistant_only_loss is None:
-        assistant_only_loss = bool(trl_config.assistant_only_loss)
-    limit = trl_config.max_length if max_length == "from config" else max_length
+    assistant_only_loss, limit = bool(trl_config.assistant_only_loss), trl_config.max_length
 
     class MediaMaskingCollator(DataCollatorForVisionLanguageModeling):
         def torch_call(self, examples):
@@ -81,8 +81,7 @@ def audit_rows(dataset, split: str, collator, max_length: int | None, tokenizer,
     """(dataset without rows that train nothing, TokenAudits): each row through the collator, untruncated."""
     from posttrain.data.token_audit import SOURCE_COLUMN, Auditor, end_of_turn, kept_labels
 
-    ids, text, pad_is_eos = end_of_turn(tokenizer, generation_config)
-    auditor = Auditor(split, max_length, ids, text, pad_is_eos)
+    auditor = Auditor(split, max_length, end_of_turn(tokenizer, generation_config))
     keep = []
     for i in range(len(dataset)):
         row = dataset[i]
@@ -103,10 +102,11 @@ def build_trainer(run):
     args = run.trl_config
     model_name = run.loaded_recipe.recipe.model.base_model_name
     is_pairs = "completion" in run.train_dataset.column_names
-    settings = dict(completion_only_loss=args.completion_only_loss is not False and is_pairs,
-                    assistant_only_loss=bool(args.assistant_only_loss), model_name=model_name)
+    settings = dict(completion_only_loss=args.completion_only_loss is not False and is_pairs, model_name=model_name)
     processor = run.loaded.processor
-    whole = media_masking_collator(processor, args, max_length=None, **settings)
+    untruncated = copy.copy(args)  # the audit sees each row whole, then applies max_length as training will
+    untruncated.max_length = None
+    whole = media_masking_collator(processor, untruncated, **settings)
     generation_config = getattr(run.loaded.model, "generation_config", None)
     datasets = {"train": run.train_dataset, "eval": run.eval_dataset}
     for split, dataset in datasets.items():

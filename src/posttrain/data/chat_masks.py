@@ -54,8 +54,12 @@ def _header_only(tokenizer, tools, chat_template: str | None) -> str:
         return ""
 
 
+def _common_prefix(a: str, b: str) -> int:
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def _first_difference(a: str, b: str) -> str:
-    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    i = _common_prefix(a, b)
     return f"at character {i}: {a[max(0, i - 30):i + 30]!r} vs {b[max(0, i - 30):i + 30]!r}"
 
 
@@ -78,7 +82,7 @@ def assistant_spans(tokenizer, messages: list, tools=None, chat_template: str | 
                                      "it rewrites earlier turns once later ones exist (e.g. drops an earlier <think> block)")
         # The generation prompt may differ from what the history holds before the turn (Gemma's empty
         # thought block, Qwen3's): the turn starts where the two stop agreeing, as in TRL's prompt/completion rule.
-        start = next((k for k, (x, y) in enumerate(zip(before, through)) if x != y), min(len(before), len(through)))
+        start = _common_prefix(before, through)
         end = len(through.rstrip())
         if end <= start:
             raise TemplateProblem(i, f"the template renders nothing for assistant message {i}")

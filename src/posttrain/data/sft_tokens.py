@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from .chat_masks import TemplateProblem, assistant_token_mask, template_error
-from .token_audit import ROW_COLUMN, SOURCE_COLUMN, Auditor, kept_labels
+from .token_audit import ROW_COLUMN, SOURCE_COLUMN, Auditor, EndOfTurn, kept_labels
 
 
 def mask_chats(dataset, tokenizer, *, model: str, completion_only_loss: bool | None):
@@ -40,11 +40,10 @@ def mask_chats(dataset, tokenizer, *, model: str, completion_only_loss: bool | N
     return dataset.map(tokenize, with_indices=True, remove_columns=chat_columns, desc="Masking assistant turns")
 
 
-def audit(dataset, split: str, *, max_length: int | None, truncation_mode: str, packing: bool, end_of_turn_ids: set[int],
-          end_of_turn_text: str | None, pad_is_eos: bool):
+def audit(dataset, split: str, *, max_length: int | None, truncation_mode: str, packing: bool, eot: EndOfTurn):
     """(dataset without rows that train nothing, TokenAudits) for a tokenized, labelled, untruncated dataset."""
     limit = None if packing else max_length  # packing cuts fixed blocks: nothing is truncated away
-    auditor = Auditor(split, limit, end_of_turn_ids, end_of_turn_text, pad_is_eos, truncation_mode=truncation_mode)
+    auditor = Auditor(split, limit, eot, truncation_mode=truncation_mode)
     sources = dataset[SOURCE_COLUMN] if SOURCE_COLUMN in dataset.column_names else [None] * len(dataset)
     keep = [i for i, (labels, source) in enumerate(zip(dataset["labels"], sources))
             if auditor.add(source, len(labels), kept_labels(labels, limit, truncation_mode))]

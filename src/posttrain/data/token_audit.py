@@ -16,7 +16,8 @@ Pure functions over token id lists; no torch.
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import NamedTuple
 
 from posttrain.errors import UserError
 
@@ -76,24 +77,31 @@ def kept_labels(labels: list[int], max_length: int | None, truncation_mode: str 
     return labels[:max_length] if truncation_mode == "keep_start" else labels[-max_length:]
 
 
+class EndOfTurn(NamedTuple):
+    """The tokens that end a turn (the tokenizer's eos and the generation config's), their text, and pad == eos."""
+
+    ids: frozenset[int]
+    text: str | None
+    pad_is_eos: bool
+
+
 class Auditor:
     """Collects one TokenAudit per (dataset key, split) while rows are checked one by one."""
 
-    def __init__(self, split: str, max_length: int | None, end_of_turn_ids: set[int], end_of_turn: str | None,
-                 pad_is_eos: bool, unit: str = "row", truncation_mode: str = "keep_start"):
-        self.split, self.max_length, self.unit, self.truncation_mode = split, max_length, unit, truncation_mode
-        self.end_of_turn_ids, self.end_of_turn, self.pad_is_eos = end_of_turn_ids, end_of_turn, pad_is_eos
+    def __init__(self, split: str, max_length: int | None, eot: EndOfTurn, unit: str = "row", truncation_mode: str = "keep_start"):
+        self.template = TokenAudit("", split, max_length=max_length, end_of_turn=eot.text, pad_is_eos=eot.pad_is_eos, unit=unit,
+                                   truncation_mode=truncation_mode)
+        self.end_of_turn_ids = eot.ids
         self.audits: dict[str, TokenAudit] = {}
 
     def add(self, key: str | None, length: int, labels_after_truncation: list[int]) -> bool:
         """Count one row (its full length, its labels after truncation); False when it has no label token."""
-        key = key or self.split
+        key = key or self.template.split
         audit = self.audits.get(key)
         if audit is None:
-            audit = self.audits[key] = TokenAudit(key, self.split, max_length=self.max_length, end_of_turn=self.end_of_turn,
-                                                  pad_is_eos=self.pad_is_eos, unit=self.unit, truncation_mode=self.truncation_mode)
+            audit = self.audits[key] = replace(self.template, key=key, label_tokens=[])
         audit.rows += 1
-        if self.max_length is not None and length > self.max_length:
+        if audit.max_length is not None and length > audit.max_length:
             audit.truncated_rows += 1
         trained = [t for t in labels_after_truncation if t != -100]
         if not trained:
@@ -108,17 +116,17 @@ class Auditor:
         """The audits; a dataset whose every row has no label token is an error naming it."""
         for audit in self.audits.values():
             if audit.rows and not audit.label_tokens:
-                limit = f" after truncation at max_length={self.max_length}" if self.max_length is not None else ""
+                limit = f" after truncation at max_length={audit.max_length}" if audit.max_length is not None else ""
                 raise UserError(
-                    f"{audit.key} ({self.split}): none of its {audit.rows} {self.unit}s has a token to train on{limit}: the loss "
+                    f"{audit.key} ({audit.split}): none of its {audit.rows} {audit.unit}s has a token to train on{limit}: the loss "
                     "would be computed on nothing. Check that the responses are not empty, that the prompt does not fill "
                     "training.max_length (raise it, or truncation_mode=keep_end), and that the loss mask matches the data "
                     "(training.completion_only_loss / assistant_only_loss).")
         return list(self.audits.values())
 
 
-def end_of_turn(tokenizer, generation_config=None) -> tuple[set[int], str | None, bool]:
-    """(ids that end a turn, their text, pad == eos): the tokenizer's eos and the generation config's."""
+def end_of_turn(tokenizer, generation_config=None) -> EndOfTurn:
+    """The turn-ending tokens of this tokenizer and generation config (see EndOfTurn)."""
     ids = []
     configured = getattr(generation_config, "eos_token_id", None)
     for value in ([tokenizer.eos_token_id] + (configured if isinstance(configured, list) else [configured])):
@@ -126,7 +134,7 @@ def end_of_turn(tokenizer, generation_config=None) -> tuple[set[int], str | None
             ids.append(value)
     text = " / ".join(tokenizer.convert_ids_to_tokens(ids)) if ids else None
     pad_is_eos = tokenizer.pad_token_id is not None and tokenizer.pad_token_id in ids
-    return set(ids), text, pad_is_eos
+    return EndOfTurn(frozenset(ids), text, pad_is_eos)
 
 
 @dataclass

@@ -51,11 +51,6 @@ SOURCE_FILE = ".source.json"
 INSTALL = "pip install 'posttrain[gguf]' (or: pip install gguf)"
 
 
-def cache_root() -> Path:
-    """``$POSTTRAIN_CACHE`` (default ``~/.cache/posttrain``), shared with the tiny-model and s3 caches."""
-    return Path(os.environ.get("POSTTRAIN_CACHE") or "~/.cache/posttrain").expanduser()
-
-
 def gguf_file(spec: str) -> Path | None:
     """The GGUF file a model spec names (it may not exist yet: a hub file), or None when it names none.
 
@@ -185,8 +180,10 @@ def local_file(spec: str) -> Path:
 
 def resolve_gguf(spec: str, cache: Path | None = None) -> Path:
     """The converted model folder of the GGUF file ``spec`` names, converting it on first use."""
+    from posttrain.storage.cache import default_cache_root
+
     path = local_file(spec)
-    root = cache if cache is not None else cache_root()
+    root = cache if cache is not None else default_cache_root()
     entry = root / "gguf" / f"{file_digest(path, root)[:32]}-v{CONVERTER_VERSION}"
     if entry.is_dir():
         return entry
