@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import importlib
 import inspect
 from typing import Any, Callable
 
@@ -155,21 +154,10 @@ REWARDS: dict[str, RewardFn] = {
 
 
 def _import_reward(path: str) -> RewardFn:
-    module_name, _, attr_path = path.partition(":")
-    if not module_name or not attr_path:
-        raise ValueError(f"reward import path {path!r} must look like 'package.module:function'")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"reward {path!r}: cannot import module {module_name!r} ({exc})") from exc
-    for attr in attr_path.split("."):
-        if not hasattr(target, attr):
-            owner = getattr(target, "__name__", type(target).__name__)
-            raise ValueError(f"reward {path!r}: {owner!r} has no attribute {attr!r}")
-        target = getattr(target, attr)
-    if not callable(target):
-        raise ValueError(f"reward {path!r}: {attr_path!r} is not callable")
-    return target
+    """A reward named by import path, through the one import rule (posttrain.user_code)."""
+    from posttrain.user_code import import_object
+
+    return import_object(path, "reward")
 
 
 def _check_options(fn: RewardFn, name: str, options: dict[str, Any]) -> None:
