@@ -159,7 +159,7 @@ def test_vllm_keys_reach_grpo_config():
 
 @pytest.mark.parametrize("overrides, message", [
     (["training.use_vllm=true", "training.vllm_mode=remote"], "TRL knows 'colocate'"),
-    (["training.vllm_gpu_memory_utilization=0.5"], "take effect only with training.use_vllm=true"),
+    (["training.vllm_gpu_memory_utilization=0.5"], "only applies with training.use_vllm=true"),
 ])
 def test_vllm_settings_that_would_do_nothing_or_fail_are_refused(overrides, message):
     result = posttrain("validate", "recipes/grpo/tiny-cpu.yaml", *overrides, "--schema-only")

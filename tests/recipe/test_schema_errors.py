@@ -73,7 +73,7 @@ def test_defaults_overrides_and_layers():
 
 
 def test_resolved_recipe_redacts_secrets():
-    loaded = load_recipe(None, raw=recipe(tracking={"provider": "wandb", "api_key": "sk-SECRET-123"}, training={"hub_token": "hf_SECRET"}))
+    loaded = load_recipe(None, raw=recipe(tracking={"provider": "wandb", "api_key": "sk-SECRET-123"}, training={"hub_token": "hf_SECRET", "push_to_hub": True}))
     text = str(resolved_dict(loaded.recipe))
     assert "SECRET" not in text
     assert loaded.recipe.tracking.api_key.get_secret_value() == "sk-SECRET-123"
@@ -111,3 +111,48 @@ def test_http_reward_headers_and_url_credentials_are_redacted(tmp_path, capsys):
     assert "SECRET" not in out.out + out.err and "X-Api-Key: '***'" in out.out
     assert redact_overrides([override, "training.rewards[1].headers.Cookie=SECRET-6", "training.max_steps=3"]) == \
         ["training.rewards[1]=***", "training.rewards[1].headers.Cookie=***", "training.max_steps=3"]
+
+
+GRPO = {"algorithm": "grpo", "output_dir": "out", "rewards": [{"name": "answer_match"}]}
+IMAGES = {"datasets": [{"name": "train.jsonl", "image_columns": ["image"]}]}
+
+
+@pytest.mark.parametrize("raw, key, live_with", [
+    (recipe(training=GRPO, data={"prompt_truncation": "left"}), "data.prompt_truncation", "set data.max_prompt_length"),
+    (recipe(training={"algorithm": "dpo"}, data={"prompt_truncation": "drop"}), "data.prompt_truncation", "set data.max_prompt_length"),
+    (recipe(training=GRPO, data={"few_shot": True}), "data.few_shot", "data.datasets[i].template (gsm8k or openmathinstruct2)"),
+    (recipe(training=GRPO, data={"datasets": [{"name": "t.jsonl", "template": "gsm8k"}], "few_shot": True, "use_chat_template": False}),
+     "data.few_shot", "data.use_chat_template=false"),
+    (recipe(model={"base_model_name": "tiny:llava"}, training=GRPO, data={**IMAGES, "use_chat_template": False}),
+     "data.use_chat_template", "image prompts are always chats"),
+    (recipe(training={"health_window": 5}), "training.health_window", "training.algorithm=grpo or gspo"),
+    (recipe(training={"algorithm": "dpo", "health_window": 5}), "training.health_window", "training.algorithm=grpo or gspo"),
+    (recipe(tracking={"provider": "tensorboard", "tags": ["a"]}), "tracking.tags", "Set tracking.provider=wandb"),
+    (recipe(tracking={"provider": "mlflow", "tags": ["a"]}), "tracking.tags", "Set tracking.provider=wandb"),
+    (recipe(tracking={"provider": "tensorboard", "project": "p"}), "tracking.project", "Set tracking.provider=wandb"),
+    (recipe(tracking={"provider": "tensorboard", "run_name": "r"}), "tracking.run_name", "Set tracking.provider=wandb"),
+    (recipe(training={"hub_model_id": "me/model"}), "training.hub_model_id", "set training.push_to_hub=true"),
+    (recipe(training={"eval_packing": True}), "training.eval_packing", "set evaluation data"),
+    (recipe(training={"algorithm": "dpo", "precompute_ref_batch_size": 4, "num_train_epochs": 1}), "training.precompute_ref_batch_size",
+     "set training.precompute_ref_log_probs=true"),
+])
+def test_keys_that_would_change_nothing_are_refused_naming_what_makes_them_live(raw, key, live_with):
+    message = error_of(raw)
+    assert f"{key} (from recipe)" in message and live_with in message, message
+    assert "would do nothing" in message or "would ignore" in message, message
+
+
+@pytest.mark.parametrize("raw", [
+    recipe(training=GRPO, data={"max_prompt_length": 64, "prompt_truncation": "left"}),
+    recipe(training=GRPO, data={"datasets": [{"name": "t.jsonl", "template": "gsm8k"}], "few_shot": True}),
+    recipe(training={**GRPO, "health_window": 5}),
+    recipe(tracking={"provider": "wandb", "tags": ["a"], "project": "p", "run_name": "r"}),
+    recipe(tracking={"provider": "mlflow", "project": "p", "run_name": "r"}),
+    recipe(tracking={"provider": "none", "project": "p", "tags": ["a"]}),  # tracking switched off for a run
+    recipe(training={"hub_model_id": "me/model", "push_to_hub": True}),
+    recipe(training={"eval_packing": True, "eval_strategy": "steps"}, data={"eval_fraction": 0.1}),
+    recipe(training={"algorithm": "dpo", "precompute_ref_batch_size": 4}),  # 3 epochs: posttrain precomputes
+    recipe(training={"algorithm": "dpo", "precompute_ref_batch_size": 4, "max_steps": 5, "precompute_ref_log_probs": True}),
+])
+def test_the_same_keys_are_accepted_where_they_act(raw):
+    assert load_recipe(None, raw=raw).recipe is not None

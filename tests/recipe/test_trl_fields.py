@@ -10,6 +10,7 @@ import trl
 from posttrain.algorithms.trl_config import build_trl_config, config_kwargs, runtime_defaults
 from posttrain.models.loading import DeviceInfo
 from posttrain.recipe.errors import RecipeError
+from posttrain.recipe.liveness import LIVE_ONLY_WITH
 from posttrain.recipe.load import load_recipe
 from posttrain.recipe.migrations import MIGRATIONS
 from posttrain.recipe.schema import DEAD_FOR_ALGORITHM, OWNED_ELSEWHERE, TRAINING_MODELS, TrainingBase
@@ -86,8 +87,10 @@ def test_every_trl_field_reaches_the_config(algorithm, monkeypatch):
     family = TRAINING_MODELS[algorithm]._family
     # Keys posttrain consumes itself (resume_from_checkpoint) are tested where they act.
     dead = DEAD_FOR_ALGORITHM.get(algorithm, {})  # rejected instead (test_dead_fields_are_rejected_with_the_reason)
+    # Keys read only with a feature on are tested one at a time with it (test_conditional_fields_*).
     fields = {n: s for n, s in trl_fields(family).items()
-              if n not in OWNED_ELSEWHERE and n not in UNSETTABLE and n not in TrainingBase.model_fields and n not in dead}
+              if n not in OWNED_ELSEWHERE and n not in UNSETTABLE and n not in TrainingBase.model_fields and n not in dead
+              and not conditional(family, n)}
     values = {name: non_default(spec, range_for(family, name, spec)) for name, spec in fields.items()}
     values.update(CONSISTENT)
     if family == "grpo":
@@ -106,7 +109,7 @@ def test_every_trl_field_reaches_the_config(algorithm, monkeypatch):
     if family == "grpo":
         assert arrived["reward_weights"] == [1.0]
     assert not missing, f"{len(missing)} fields did not arrive: {missing}"
-    assert len(values) > 100
+    assert len(values) > 90
 
 
 @pytest.mark.parametrize("key", sorted(OWNED_ELSEWHERE))
@@ -117,13 +120,58 @@ def test_fields_posttrain_owns_are_rejected_with_a_pointer(key):
     assert OWNED_ELSEWHERE[key] in str(e.value)
 
 
+def conditional(family: str, key: str) -> bool:
+    rule = LIVE_ONLY_WITH.get(key)
+    return rule is not None and family in rule.families
+
+
+def with_dotted(raw: dict, values: dict) -> dict:
+    for path, value in values.items():
+        section, key = path.split(".")
+        raw.setdefault(section, {})[key] = value
+    return raw
+
+
 @pytest.mark.parametrize("algorithm,key", sorted((a, k) for a, keys in DEAD_FOR_ALGORITHM.items() for k in keys))
-@pytest.mark.parametrize("value", [True, False])
-def test_dead_fields_are_rejected_with_the_reason(algorithm, key, value):
+def test_dead_fields_are_rejected_with_the_reason(algorithm, key):
+    family = TRAINING_MODELS[algorithm]._family
+    value = non_default(trl_fields(family)[key])
     with pytest.raises(RecipeError) as e:
         load_recipe(None, raw=base_recipe(algorithm, **{key: value}))
     assert f"training.{key}" in str(e.value) and DEAD_FOR_ALGORITHM[algorithm][key] in str(e.value)
-    assert load_recipe(None, raw=base_recipe("sft", **{key: value})).recipe.training.value(key) is value  # live for SFT
+    live_in = [a for a in TRAINING_MODELS if key not in DEAD_FOR_ALGORITHM.get(a, {}) and key in trl_fields(TRAINING_MODELS[a]._family)
+               and not conditional(TRAINING_MODELS[a]._family, key)]
+    for other in live_in[:1]:  # where the key is live, the same value is accepted
+        assert load_recipe(None, raw=base_recipe(other, **{key: value})).recipe.training.value(key) == value
+
+
+CONDITIONAL = sorted((a, k) for a in TRAINING_MODELS for k, rule in LIVE_ONLY_WITH.items()
+                     if TRAINING_MODELS[a]._family in rule.families and k in trl_fields(TRAINING_MODELS[a]._family)
+                     and k not in DEAD_FOR_ALGORITHM.get(a, {}))
+
+
+# Features a base recipe has on by default (CPT packs; DPO precomputes its reference for TRL's 3 epochs; GRPO's beta is 0.04).
+FEATURE_OFF = {("cpt", "packing_strategy"): {"packing": False}, ("dpo", "precompute_ref_batch_size"): {"max_steps": 5},
+               ("grpo", "use_bias_correction_kl"): {"beta": 0.0}}
+
+
+@pytest.mark.parametrize("algorithm,key", CONDITIONAL)
+def test_conditional_fields_are_refused_without_their_feature_and_arrive_with_it(algorithm, key, monkeypatch):
+    """A key read only when another key is on (hub_model_id: push_to_hub) is an error naming that key when it is off,
+    and reaches the TRL config when it is on."""
+    family = TRAINING_MODELS[algorithm]._family
+    spec = trl_fields(family)[key]
+    value = RL_VALUES["vllm_mode"] if key == "vllm_mode" else non_default(spec, range_for(family, key, spec))
+    rule = LIVE_ONLY_WITH[key]
+    with pytest.raises(RecipeError) as e:
+        load_recipe(None, raw=base_recipe(algorithm, **{key: value}, **FEATURE_OFF.get((algorithm, key), {})))
+    message = str(e.value)
+    assert f"training.{key}" in message and f"only applies with {rule.needs}" in message and "would do nothing" in message
+    raw = with_dotted(base_recipe(algorithm, **{key: value}), rule.enable)
+    loaded = load_recipe(None, raw=raw)
+    assert rule.live(loaded.recipe)
+    monkeypatch.setattr(getattr(trl, CONFIG_CLASSES[family]), "__post_init__", lambda self: None)  # (fp16 etc. need a GPU)
+    assert getattr(build_trl_config(loaded.recipe, CPU, data_format="prompt_completion"), key) == value
 
 
 @pytest.mark.parametrize("path", sorted(p for p in MIGRATIONS if p.startswith("training.")))

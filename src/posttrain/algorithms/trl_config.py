@@ -75,21 +75,14 @@ def batching_defaults(recipe: Recipe, device) -> dict[str, tuple[object, str]]:
 
 
 def reference_defaults(recipe: Recipe) -> dict[str, tuple[object, str]]:
-    """DPO: precompute the reference log-probs when the run makes two or more passes over its data.
+    """DPO: precompute the reference log-probs when the run makes two or more passes over its data
+    (the rule and its measurements: `posttrain.recipe.liveness.precompute_reason`)."""
+    from posttrain.recipe.liveness import precompute_reason
 
-    Precomputing costs one reference forward pass over the data before training and saves the
-    reference forward of every step (benchmarks/padding.py --algorithm dpo; README "DPO"): over one
-    epoch a gain with LoRA and a loss with full fine-tuning, a saving from the second epoch on, and
-    full fine-tuning no longer holds a frozen copy of the model. A run bounded by max_steps may stop before an epoch, so it is left alone, as
-    are runs that move the reference (sync_ref_model) or read images (TRL refuses both).
-    """
-    training = recipe.training
-    if training.algorithm != "dpo" or "precompute_ref_log_probs" in chosen_keys(training) or recipe.uses_images:
+    if "precompute_ref_log_probs" in chosen_keys(recipe.training):
         return {}
-    epochs = training.value("num_train_epochs")
-    if (training.value("max_steps") or -1) > 0 or training.value("sync_ref_model") or not epochs or epochs < 2:
-        return {}
-    return {"precompute_ref_log_probs": (True, f"{epochs:g} epochs: one reference pass before training replaces one per epoch")}
+    why = precompute_reason(recipe)
+    return {"precompute_ref_log_probs": (True, why)} if why else {}
 
 
 def config_kwargs(recipe: Recipe, device, data_format: str | None) -> dict:

@@ -378,8 +378,16 @@ def _training(conv: Conversion, out: dict, training: dict, algorithm: str, data:
     if "output_dir" in training:
         t["output_dir"] = training["output_dir"]
         conv.add("training.output_dir", "training.output_dir")
+    from posttrain.recipe.schema import DEAD_FOR_ALGORITHM
+
+    dead = DEAD_FOR_ALGORITHM.get(algorithm, {})
     for key in forwarded:
         value = training.get(key, FAIRL_DEFAULTS.get(key))
+        if key in dead:  # a TRL key no posttrain trainer reads: the recipe would be refused
+            if key in training:
+                conv.add(f"training.{key}", note=f"dropped: {dead[key]}" + (" Evaluation reports the loss only, as true asked."
+                                                                            if key == "prediction_loss_only" and value else ""))
+            continue
         if key in training:
             if key in ("epsilon", "epsilon_high", "beta", "steps_per_generation", "importance_sampling_level"):
                 continue  # GSPO keys: below

@@ -47,6 +47,11 @@ COMMON: dict[str, object] = {
     "activation_checkpointing_kwargs": {"use_reentrant": False},
     # A run killed mid-way and started again with the same command continues where it stopped.
     "resume_from_checkpoint": "auto",
+}
+
+# Only SFT-family trainers use transformers' loss, which is what this key acts on; DPO and GRPO
+# compute and normalise their own (it is rejected there: schema.DEAD_FOR_ALGORITHM).
+TOKEN_LOSS: dict[str, object] = {
     # Many processes, one result (kept at TRL's value, stated here on purpose). With it, each rank
     # divides its summed token loss by the number of loss tokens of *all* ranks (gathered in
     # transformers' Trainer._get_num_items_in_batch) and multiplies by the process count, which
@@ -80,7 +85,9 @@ ALGORITHM_DEFAULTS: dict[str, dict[str, object]] = {
 
 def defaults_for(algorithm: str, training: dict) -> dict[str, object]:
     """posttrain's defaults for an algorithm; `training` (the raw section) feeds derived ones."""
-    out = {**COMMON, **ALGORITHM_DEFAULTS.get(algorithm, {})}
+    out = {**COMMON, **(TOKEN_LOSS if algorithm in ("cpt", "sft", "sft_vlm") else {}), **ALGORITHM_DEFAULTS.get(algorithm, {})}
+    if algorithm == "cpt" and training.get("packing") is False:
+        del out["packing_strategy"]  # read only when packing (recipe.liveness); unpacked CPT has no strategy
     if algorithm == "gspo" and not {"steps_per_generation", "generation_batch_size", "num_iterations"} & training.keys():
         gas = training.get("gradient_accumulation_steps", 1)
         out["steps_per_generation"] = 4 * gas if isinstance(gas, int) else 4

@@ -20,6 +20,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from posttrain.monitoring.health import ALL_RUN_FLAGS, FLAGS
 
+from .liveness import inactive_keys
 from .ranges import range_for
 from .trl_fields import CONFIG_CLASSES, trl_fields
 
@@ -316,12 +317,40 @@ OWNED_ELSEWHERE: dict[str, str] = {
 
 # TRL fields that exist in an algorithm's config but do nothing there: setting them (to any value) is
 # an error with the reason, instead of a key that looks live and is not.
+# Found by tests/e2e/test_trl_fields_read.py, which records the fields each trainer reads in a real run.
+_NO_METRICS = ("shapes what a compute_metrics function receives, and posttrain's trainers have none: evaluation during "
+               "training reports the loss and TRL's own metrics.")
+_VISION_UNPREPARED = ("TRL 1.16 skips dataset preparation for vision datasets (the processor renders each batch in the "
+                      "collator), which is where this key acts.")
+_OWN_LOSS = ("counts label tokens across processes for transformers' loss, which this trainer replaces with its own "
+             "(TRL 1.16's %s computes and normalises its loss itself).")
+_EVERY_ALGORITHM = {
+    "local_rank": "a field transformers keeps for old launchers' command lines and never reads (the rank comes from the "
+                  "LOCAL_RANK environment variable torchrun sets).",
+    "prediction_loss_only": _NO_METRICS, "include_for_metrics": _NO_METRICS, "batch_eval_metrics": _NO_METRICS,
+}
 DEAD_FOR_ALGORITHM: dict[str, dict[str, str]] = {
-    "dpo": {"padding_free": "TRL 1.16's DPOTrainer has padding-free batches 'temporarily unavailable' (dpo_trainer.py): "
-            "it warns and pads every batch whatever this key says. posttrain's DPO pads each batch to its longest pair only."},
-    "sft_vlm": {"padding_free": "TRL 1.16 refuses padding-free batches for vision datasets (images are expanded into tokens "
+    "cpt": dict(_EVERY_ALGORITHM),
+    "sft": dict(_EVERY_ALGORITHM),
+    "dpo": {**_EVERY_ALGORITHM,
+            "padding_free": "TRL 1.16's DPOTrainer has padding-free batches 'temporarily unavailable' (dpo_trainer.py): "
+            "it warns and pads every batch whatever this key says. posttrain's DPO pads each batch to its longest pair only.",
+            "average_tokens_across_devices": _OWN_LOSS % "DPOTrainer"},
+    "sft_vlm": {**_EVERY_ALGORITHM,
+                "padding_free": "TRL 1.16 refuses padding-free batches for vision datasets (images are expanded into tokens "
                 "by the processor per batch); vision-language batches are always padded.",
-                "packing": "TRL 1.16 refuses packing for vision datasets; vision-language batches are always padded."},
+                "packing": "TRL 1.16 refuses packing for vision datasets; vision-language batches are always padded.",
+                "packing_strategy": "TRL 1.16 refuses packing for vision datasets; vision-language batches are always padded.",
+                "eval_packing": "TRL 1.16 refuses packing for vision datasets; vision-language batches are always padded.",
+                "dataset_num_proc": _VISION_UNPREPARED, "shuffle_dataset": _VISION_UNPREPARED,
+                "truncation_mode": "vision batches are cut at max_length by the collator, keeping the start (TRL refuses keep_end).",
+                "pad_token": "the processor's own pad token pads vision batches (posttrain's collator is the processor's)."},
+    **{algorithm: {**_EVERY_ALGORITHM,
+                   "average_tokens_across_devices": _OWN_LOSS % "GRPOTrainer",
+                   "train_sampling_strategy": "GRPOTrainer draws its batches with its own sampler (each prompt repeated "
+                   "num_generations times), so transformers' sampling strategies never apply.",
+                   "length_column_name": "GRPOTrainer draws its batches with its own sampler, so transformers' length-grouped "
+                   "sampling, the only reader of this column, never runs."} for algorithm in ("grpo", "gspo")},
 }
 
 _KIND_TYPES: dict[str, Any] = {"bool": StrictBool, "int": StrictInt, "float": float, "str": str, "dict": dict[str, Any], "any": Any}
@@ -446,11 +475,10 @@ class TrainingBase(Section):
         if v("lr_scheduler_type") in ("reduce_lr_on_plateau", "greedy") and v("eval_strategy") == "no":
             out.append(("training.lr_scheduler_type", f"{v('lr_scheduler_type')!r} steps on the eval metric: it needs "
                         "training.eval_strategy (and evaluation data)."))
-        if self.model_fields_set & {"liger_kernel_config"} and self.liger_kernel_config is not None and not v("use_liger_kernel"):
-            out.append(("training.liger_kernel_config", "only applies with training.use_liger_kernel=true; set it, or remove "
-                        "liger_kernel_config."))
-        if v("dataloader_prefetch_factor") is not None and not v("dataloader_num_workers"):
-            out.append(("training.dataloader_prefetch_factor", "only applies with training.dataloader_num_workers > 0."))
+        if "health_window" in self.model_fields_set and self._family != "grpo":
+            out.append(("training.health_window", f"sets how many steps GRPO/GSPO's windowed health checks wait (training.algorithm="
+                        f"grpo or gspo); algorithm {getattr(self, 'algorithm', self._family)} checks only {', '.join(ALL_RUN_FLAGS)}, "
+                        "which fire on a single step, so it would do nothing. Remove it."))
         return out
 
     @model_validator(mode="after")
@@ -500,14 +528,11 @@ class RewardSpec(BaseModel):
 class RLTrainingBase(TrainingBase):
     @model_validator(mode="after")
     def _vllm_keys_need_vllm(self):
-        """vLLM settings do nothing unless use_vllm is on; vllm_mode is TRL's free text, checked here."""
+        """vllm_mode is TRL's free text, checked here."""
         if self.use_vllm and self.vllm_mode is not None and self.vllm_mode not in ("colocate", "server"):
             raise ValueError(f"training.vllm_mode={self.vllm_mode!r}: TRL knows 'colocate' (vLLM inside each training "
                              "process) and 'server' (a separate `posttrain vllm-serve`).")
-        dead = sorted(k for k in self.model_fields_set if k.startswith("vllm_"))
-        if dead and not self.use_vllm:
-            raise ValueError(f"{', '.join('training.' + k for k in dead)} take effect only with training.use_vllm=true; set it, or remove them.")
-        return self
+        return self  # vllm_* keys without use_vllm: recipe.liveness
 
     rewards: list[RewardSpec] = Field(
         min_length=1,
@@ -649,7 +674,7 @@ class Recipe(Section):
     @model_validator(mode="after")
     def _cross_section(self):
         raise_all(self._storage_checks() + self._distributed_checks() + self._keys_used_by_this_algorithm() + self._row_templates_used()
-                  + self._vision_checks() + self._evaluation_is_wired())
+                  + self._vision_checks() + self._evaluation_is_wired() + inactive_keys(self) + self._tracking_keys_used())
         return self
 
     def _storage_checks(self) -> list[tuple[str, str]]:
@@ -710,6 +735,19 @@ class Recipe(Section):
             if unused:
                 out.append((unused[0], f"{', '.join(unused)} only apply to {'/'.join(RL_ALGORITHMS)}; algorithm {algorithm} would "
                             "ignore them. Remove them."))
+        set_ = self.data.model_fields_set
+        if "prompt_truncation" in set_ and self.data.max_prompt_length is None and (algorithm in RL_ALGORITHMS or algorithm == "dpo"):
+            out.append(("data.prompt_truncation", "says what happens to a prompt over data.max_prompt_length, which is not set, "
+                        "so it would do nothing; set data.max_prompt_length or remove prompt_truncation."))
+        if "few_shot" in set_ and algorithm in RL_ALGORITHMS and not self.uses_images:
+            templated = any(d.template != "none" for d in (*self.data.datasets, *self.data.eval_datasets))
+            if not templated:
+                out.append(("data.few_shot", "adds a worked example in a math template's answer format, and no dataset sets "
+                            "data.datasets[i].template (gsm8k or openmathinstruct2), so it would do nothing; set a template or "
+                            "remove few_shot."))
+            elif not self.data.use_chat_template:
+                out.append(("data.few_shot", "the worked example is a chat turn, and data.use_chat_template=false sends plain-text "
+                            "prompts, so it would do nothing; remove one of them."))
         family = "rl" if algorithm in RL_ALGORITHMS else algorithm
         formats = FORMATS_READ[family]
         for section in ("datasets", "eval_datasets"):
@@ -762,9 +800,28 @@ class Recipe(Section):
             if unsupported:
                 out.append((unsupported[0], f"{', '.join(unsupported)}: not supported with image prompts (the prompt is the "
                             "question as written, with its images); remove them."))
+            if "use_chat_template" in self.data.model_fields_set:
+                out.append(("data.use_chat_template", "image prompts are always chats (the question and its images as one user "
+                            "turn, which the processor's template renders), so it would do nothing; remove it."))
         if self.model.use_lora and not self.model.freeze_vision_tower:
             out.append(("model.freeze_vision_tower", "model.freeze_vision_tower=false with model.use_lora=true: LoRA adapts the "
                         "language model only and PEFT freezes everything else. Train the tower with use_lora=false, or keep it frozen."))
+        return out
+
+    def _tracking_keys_used(self) -> list[tuple[str, str]]:
+        """tags reach wandb only; project and run_name the providers that name runs (not tensorboard).
+
+        provider 'none' switches tracking off as a whole (`tracking.provider=none` for one run), so
+        the names the section keeps for the provider are not errors there."""
+        tracking, out = self.tracking, []
+        if tracking.provider == "none":
+            return out
+        readers = {"tags": ("wandb",), "project": ("wandb", "mlflow", "trackio"), "run_name": ("wandb", "mlflow", "trackio")}
+        for key, providers in readers.items():
+            if key in tracking.model_fields_set and getattr(tracking, key) not in (None, []) and tracking.provider not in providers:
+                out.append((f"tracking.{key}", f"only {' and '.join(providers) if len(providers) < 3 else ', '.join(providers)} "
+                            f"{'reads' if len(providers) == 1 else 'read'} it; tracking.provider={tracking.provider!r} would ignore "
+                            f"it. Set tracking.provider={providers[0]} or remove tracking.{key}."))
         return out
 
     def _evaluation_is_wired(self) -> list[tuple[str, str]]:
