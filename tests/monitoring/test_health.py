@@ -124,6 +124,40 @@ def test_zero_learning_rate_but_not_a_linear_schedule_ending_at_zero():
     assert (flag.name, flag.first_step, flag.last_step) == ("zero_learning_rate", 1, 29)
 
 
+def with_tools(steps=30, **over):
+    """A healthy stream of a run with tools: most rollouts call one, few calls fail, none time out."""
+    base = {"tools__use_rate": lambda s: 0.6, "tools__error_rate": lambda s: 0.1, "tools__timeouts": lambda s: 0,
+            "tools__calls": lambda s: 20}
+    return healthy(steps, **{**base, **over})
+
+
+def test_tool_flags_stay_quiet_on_a_healthy_tool_run_and_on_runs_without_tools():
+    assert check_health(with_tools(), window=5) == []
+    assert not {"no_tool_calls", "tool_error_rate", "tool_timeouts"} & set(names(check_health(healthy(), window=5)))
+
+
+def test_no_tool_calls():
+    [flag] = check_health(with_tools(tools__use_rate=lambda s: 0.0 if s >= 11 else 0.5), window=5)
+    assert (flag.name, flag.first_step, flag.last_step) == ("no_tool_calls", 11, 30)
+    assert "SFT on tool-calling chats" in flag.detail
+    # steps that reused a generation log no tool metrics: they neither extend nor break the streak
+    sparse = with_tools(tools__use_rate=lambda s: 0.0 if s % 2 else None)
+    assert names(check_health(sparse, window=5)) == ["no_tool_calls"]
+
+
+def test_tool_error_rate():
+    [flag] = check_health(with_tools(tools__error_rate=lambda s: 0.8 if 5 <= s <= 12 else 0.1), window=5)
+    assert (flag.name, flag.first_step, flag.last_step) == ("tool_error_rate", 5, 12)
+    assert "80-80% of tool calls failed" in flag.detail
+    assert check_health(with_tools(tools__error_rate=lambda s: 0.8 if s in (5, 6) else 0.1), window=5) == []  # too short
+
+
+def test_tool_timeouts_fire_on_the_first_one():
+    [flag] = check_health(with_tools(tools__timeouts=lambda s: 2 if s in (7, 19) else 0), window=5)
+    assert (flag.name, flag.first_step, flag.last_step) == ("tool_timeouts", 7, 19)
+    assert flag.detail.startswith("4 tool call(s) ran past training.tool_timeout")
+
+
 def test_rl_flags_do_not_apply_to_sft():
     records = healthy(frac_reward_zero_std=lambda s: 1.0, loss=lambda s: math.inf if s == 3 else 1.0)
     assert names(check_health(records, algorithm="sft", window=5)) == ["nonfinite_loss"]

@@ -97,6 +97,8 @@ def test_every_trl_field_reaches_the_config(algorithm, monkeypatch):
         values.pop("generation_batch_size")
         values.update(RL_VALUES)
     raw = base_recipe(algorithm, **values)
+    if family == "grpo":  # max_tool_calling_iterations acts only with tools
+        raw["training"]["tools"] = ["posttrain.tools.calculator:calculator"]
     raw["data"]["eval_fraction"] = 0.1  # eval_strategy is set to a non-default too, and needs data
     loaded = load_recipe(None, raw=raw)
     # TRL's __post_init__ checks combinations (fp16 needs a GPU, ...) that these values break on

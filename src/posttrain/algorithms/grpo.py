@@ -9,6 +9,9 @@ a KL penalty of weight `beta` towards the reference model (posttrain's default 0
 removes the term). GSPO (Zheng et al. 2025) is the same trainer with sequence-level importance
 ratios and its own preset (see `posttrain.recipe.defaults`). With LoRA the reference model is the
 base with the adapter switched off; with full training TRL loads a frozen copy.
+
+With `training.tools` / `training.environment` the rollouts are multi-turn: TRL's tool loop, with
+the tools run isolated and their use counted by posttrain (`posttrain.algorithms.tool_use`).
 """
 
 from __future__ import annotations
@@ -39,7 +42,10 @@ def build_trainer(run):
         from .sft_vlm import prepare_model
 
         prepare_model(run, log)
-    trainer = GRPOTrainer(reward_funcs=reward_functions(run.loaded_recipe.recipe.training), **run.trainer_kwargs())
+    from .tool_use import attach_tool_counts, trainer_kwargs
+
+    trainer = GRPOTrainer(reward_funcs=reward_functions(run.loaded_recipe.recipe.training), **run.trainer_kwargs(),
+                          **trainer_kwargs(run.toolbox))
     if run.loaded.processor is not None:
         from posttrain.models.vision import render_parts
 
@@ -50,6 +56,8 @@ def build_trainer(run):
         from .monitor import attach_timers
 
         attach_timers(trainer, run.monitor.timers)  # generation / scoring split and empty <think> share
+    if run.toolbox is not None and run.monitor is not None:
+        attach_tool_counts(trainer, run.monitor.tools, run.toolbox)  # tools/* metrics, health flags
     return trainer
 
 

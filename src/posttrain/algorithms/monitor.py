@@ -97,12 +97,13 @@ def attach_timers(trainer, timers: StepTimers) -> None:
 class RunMonitor(TrainerCallback):
     def __init__(self, *, algorithm: str, window: int, stop_on: list[str], max_completion_length: int | None,
                  samples_per_step: int, peak: float | None, peak_source: str,
-                 timers: StepTimers | None = None, log=print):
+                 timers: StepTimers | None = None, tools=None, log=print):
         self.algorithm, self.window, self.stop_on = algorithm, window, set(stop_on)
         self.max_completion_length = max_completion_length
         self.flops_per_token = 0  # set at on_train_begin from the model the trainer really trains (PEFT-wrapped or not)
         self.samples_per_step, self.peak, self.peak_source = samples_per_step, peak, peak_source
         self.timers = timers
+        self.tools = tools  # posttrain.algorithms.tool_use.ToolCounts in runs with tools
         self.log = log
         self.records: list[dict] = []
         self.flags: list = []
@@ -147,6 +148,8 @@ class RunMonitor(TrainerCallback):
         if not logs or "train_runtime" in logs or any(k.startswith("eval_") for k in logs):
             return
         self._add_speed(logs, state)
+        if self.tools is not None:
+            logs.update(self.tools.take())  # tools/* since the last record, when a generation happened
         self.records.append({"step": state.global_step, **logs})
         self.flags = check_health(self.records, algorithm=self.algorithm, window=self.window,
                                   max_completion_length=self.max_completion_length)

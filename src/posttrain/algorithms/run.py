@@ -49,6 +49,7 @@ class Run:
     lock: OutputDirLock | None = None  # held by the main process for the whole run
     monitor: RunMonitor | None = None  # speed + health; RL trainers attach its timers
     token_audits: list = field(default_factory=list)  # posttrain.data.token_audit.TokenAudit, filled by the trainer builder
+    toolbox: object = None  # posttrain.tools.isolation.Toolbox of a GRPO/GSPO run with tools, else None
 
     def trainer_kwargs(self) -> dict:
         """What every TRL trainer takes; algorithm modules add their own (reward functions, ...)."""
@@ -112,25 +113,26 @@ def prepare_data(recipe, seed: int):
     return train, evaluation, fmt, reports
 
 
-def fit_prompts(recipe, tokenizer, datasets_: list):
-    """Enforce data.max_prompt_length (GRPO/GSPO/DPO) now that the tokenizer is loaded."""
+def fit_prompts(recipe, tokenizer, datasets_: list, tools: list | None = None):
+    """Enforce data.max_prompt_length (GRPO/GSPO/DPO) now that the tokenizer is loaded (counting the
+    tool schemas the chat template renders into each prompt, when there are tools)."""
     from posttrain.data.prompts import enforce_prompt_length
 
     out = []
     for ds in datasets_:
         if ds is not None and "prompt" in ds.column_names and recipe.data.max_prompt_length is not None:
-            ds, note = enforce_prompt_length(ds, tokenizer, recipe.data.max_prompt_length, recipe.data.prompt_truncation)
+            ds, note = enforce_prompt_length(ds, tokenizer, recipe.data.max_prompt_length, recipe.data.prompt_truncation, tools=tools)
             log(note)
         out.append(ds)
     return out
 
 
-def audit_prompts(train_dataset, eval_dataset, tokenizer, trl_config) -> list:
-    """RL runs: the prompts' token counts (posttrain.data.token_audit.PromptAudit)."""
+def audit_prompts(train_dataset, eval_dataset, tokenizer, trl_config, tools: list | None = None) -> list:
+    """RL runs: the prompts' token counts (posttrain.data.token_audit.PromptAudit), tool schemas included."""
     from posttrain.data.prompts import prompt_token_count
     from posttrain.data.token_audit import PromptAudit
 
-    return [PromptAudit(split, [len(prompt_token_count(p, tokenizer)) for p in ds["prompt"]], trl_config.max_completion_length)
+    return [PromptAudit(split, [len(prompt_token_count(p, tokenizer, tools)) for p in ds["prompt"]], trl_config.max_completion_length)
             for split, ds in (("train", train_dataset), ("eval", eval_dataset)) if ds is not None and len(ds)]
 
 
@@ -159,6 +161,8 @@ def run_training(loaded_recipe: LoadedRecipe) -> Path:
                 log(uploaded)
             log(f"done: final model in {run.output_dir}")
     finally:
+        if run.toolbox is not None:
+            run.toolbox.close()
         if run.lock is not None:
             run.lock.release()
     return run.output_dir
@@ -242,8 +246,12 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     loaded = load_model(recipe.model, device, vision=recipe.uses_images)
     for note in loaded.notes:
         log(note)
-    train_dataset, eval_dataset = fit_prompts(recipe, loaded.tokenizer, [train_dataset, eval_dataset])
-    prompt_audits = audit_prompts(train_dataset, eval_dataset, loaded.tokenizer, trl_config) if data_format == "prompt" and not recipe.uses_images else []
+    from .tool_use import prepare_tools
+
+    toolbox = prepare_tools(recipe, loaded, log)  # chat_template_path, tools in workers, the template check
+    schemas = toolbox.schemas() if toolbox is not None else None
+    train_dataset, eval_dataset = fit_prompts(recipe, loaded.tokenizer, [train_dataset, eval_dataset], schemas)
+    prompt_audits = audit_prompts(train_dataset, eval_dataset, loaded.tokenizer, trl_config, schemas) if data_format == "prompt" and not recipe.uses_images else []
 
     monitor = make_monitor(recipe, loaded, trl_config)
     # monitor first: it adds speed/health keys to the record MetricsFile writes
@@ -256,7 +264,7 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     # would make TRL stack a new adapter (or refuse: "PeftModel together with a peft_config").
     peft_config = None if loaded.adapter_dir is not None else lora_config(recipe.model)
     run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, peft_config, output_dir, callbacks, reports,
-              resume_from, storage, lock, monitor, prompt_audits)
+              resume_from, storage, lock, monitor, prompt_audits, toolbox)
     trainer = TRAINERS[training.algorithm](run)  # user rewards import here: a failure leaves output_dir as it was
     for audit in run.token_audits:
         log(audit.render())
@@ -291,10 +299,13 @@ def make_monitor(recipe, loaded: LoadedModel, trl_config) -> RunMonitor:
     precision = "bf16" if trl_config.bf16 else "fp16" if trl_config.fp16 else "fp32"
     peak, source = device_peak(precision)
     samples = trl_config.per_device_train_batch_size * trl_config.gradient_accumulation_steps * world_size()
+    from .tool_use import ToolCounts
+
     return RunMonitor(algorithm=training.algorithm, window=training.health_window, stop_on=list(training.stop_on),
                       max_completion_length=getattr(trl_config, "max_completion_length", None) if rl else None,
                       samples_per_step=samples, peak=peak, peak_source=source,
-                      timers=StepTimers() if rl else None, log=log)
+                      timers=StepTimers() if rl else None, tools=ToolCounts() if getattr(training, "uses_tools", False) else None,
+                      log=log)
 
 
 def is_local_main_process() -> bool:

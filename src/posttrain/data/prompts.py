@@ -95,14 +95,17 @@ def read_prompt_rows(data_cfg, specs, key_prefix: str, seed: int, numeric_gold: 
     return mix([p.select_columns(shared) for p in parts], specs, seed), reports
 
 
-def prompt_token_count(prompt, tokenizer) -> list[int]:
+def prompt_token_count(prompt, tokenizer, tools: list | None = None) -> list[int]:
+    """The prompt's token ids as the model sees them: a chat through the chat template, with the tool
+    schemas it renders when the run offers tools."""
     if isinstance(prompt, list) and tokenizer.chat_template:
-        return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+        return tokenizer.apply_chat_template(prompt, tools=tools or None, add_generation_prompt=True, tokenize=True,
+                                             return_dict=True)["input_ids"]
     text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def enforce_prompt_length(ds, tokenizer, max_tokens: int | None, mode: str):
+def enforce_prompt_length(ds, tokenizer, max_tokens: int | None, mode: str, tools: list | None = None):
     """Drop prompts over `max_tokens` tokens, or keep their last `max_tokens` tokens ('left').
 
     Left-truncated prompts are passed to TRL as text (the chat template already applied), so every
@@ -111,7 +114,7 @@ def enforce_prompt_length(ds, tokenizer, max_tokens: int | None, mode: str):
     """
     if max_tokens is None:
         return ds, None
-    ids = [prompt_token_count(p, tokenizer) for p in ds["prompt"]]
+    ids = [prompt_token_count(p, tokenizer, tools) for p in ds["prompt"]]
     over = sum(len(i) > max_tokens for i in ids)
     if mode == "drop":
         keep = [n for n, i in enumerate(ids) if len(i) <= max_tokens]

@@ -62,12 +62,15 @@ def wrong_solution(p: dict, rng: random.Random) -> str:
     return f"{head}= {wrong}. The answer is {wrong}."
 
 
+# The schema of posttrain.tools.calculator:calculator, as transformers' get_json_schema writes it (a test
+# keeps them equal): the SFT chats offer the very tool GRPO and evaluation call.
 CALCULATOR = {
     "type": "function",
     "function": {
         "name": "calculator",
         "description": "Evaluate an arithmetic expression.",
-        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+        "parameters": {"type": "object", "properties": {"expression": {"type": "string", "description": "An arithmetic expression such as '12 * 7 + 5'."}},
+                       "required": ["expression"]},
     },
 }
 

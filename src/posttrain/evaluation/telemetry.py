@@ -22,6 +22,12 @@ CORE_METRICS = [
     ("kl", "KL"),
     ("clip_ratio/region_mean", "clip ratio"),
     ("loss", "loss"),
+    # runs with tools (posttrain.algorithms.tool_use); absent elsewhere, so their tables are skipped
+    ("tools/use_rate", "tool-use rate (rollouts with a call)"),
+    ("tools/turns_per_rollout", "turns per rollout"),
+    ("tools/calls", "tool calls"),
+    ("tools/error_rate", "tool error rate"),
+    ("tools/timeouts", "tool timeouts"),
     ("speed/tokens_per_s", "tokens/s (non-padding)"),
     ("speed/samples_per_s", "samples/s"),
     ("time/generation_s", "generation s/step"),

@@ -44,6 +44,13 @@ FLAGS: dict[str, tuple[str, str]] = {
                           "changed by <= +0.02"),
     "empty_think": ("completions open a <think> block and leave it empty: the reasoning was dropped",
                     "share of completions with an empty <think></think> >= 0.5 for `window` steps"),
+    "no_tool_calls": ("tools are offered but the policy never calls one: the rollouts are single-turn and the tools "
+                      "teach nothing", "tools/use_rate == 0 for `window` steps"),
+    "tool_error_rate": ("most tool calls fail (the tool raises, times out or crashes, the model names a tool that does not "
+                        "exist or passes bad arguments): the model mostly reads error messages",
+                        "tools/error_rate >= 0.5 for `window` steps"),
+    "tool_timeouts": ("a tool call ran past training.tool_timeout and was stopped; every such call costs the whole timeout",
+                      "any tools/timeouts > 0"),
     "nonfinite_loss": ("the loss or grad-norm became NaN or infinite: training is broken from there on",
                        "any logged loss/grad_norm NaN or +-inf"),
     "zero_learning_rate": ("the learning rate is 0, so the weights cannot move",
@@ -60,6 +67,7 @@ KL_BOUND = 1.0
 REWARD_RISE = 0.2
 REWARD_FLAT = 0.02
 EMPTY_THINK_SHARE = 0.5
+TOOL_ERROR_SHARE = 0.5  # half the calls failing: the tool, or how the model calls it, is broken, not unlucky
 
 EMPTY_THINK_KEY = "health/empty_think_frac"  # logged by posttrain's GRPO reward wrapper
 
@@ -186,6 +194,7 @@ def check_health(records: list[dict], *, algorithm: str = "grpo", window: int = 
         windowed("empty_think", EMPTY_THINK_KEY, lambda v: v >= EMPTY_THINK_SHARE,
                  lambda vs: f"{100 * max(vs):.0f}% of completions had an empty <think></think>; a format reward that "
                             f"pays for empty reasoning invites this (raise beta, or pay only for non-empty think).")
+        flags += _tool_flags(records, windowed)
     for key in ("loss", "grad_norm"):
         bad = [(first, s, v) for first, s, v in _series(records, key) if not math.isfinite(v)]
         if bad:
@@ -199,6 +208,26 @@ def check_health(records: list[dict], *, algorithm: str = "grpo", window: int = 
                           "check learning_rate, warmup and the scheduler."))
     order = list(FLAGS)
     return sorted(flags, key=lambda f: (order.index(f.name), f.first_step))
+
+
+def _tool_flags(records: list[dict], windowed) -> list[Flag]:
+    """Runs with tools log tools/* (posttrain.algorithms.tool_use); the rest never raise these."""
+    windowed("no_tool_calls", "tools/use_rate", lambda v: v == 0,
+             lambda vs: "no rollout called a tool although tools are offered. Start from a model that calls them (SFT on "
+                        "tool-calling chats first: posttrain.data.synthetic writes some), check that the chat template "
+                        "renders the tools (the start-up log), or reward tool use.")
+    windowed("tool_error_rate", "tools/error_rate", lambda v: v >= TOOL_ERROR_SHARE,
+             lambda vs: f"{100 * min(vs):.0f}-{100 * max(vs):.0f}% of tool calls failed; the model reads error messages "
+                        "instead of results. Read the failing calls (the tool's own errors, timeouts, unknown tool names, "
+                        "bad arguments) and fix the tool or its docstring.")
+    timeouts = _series(records, "tools/timeouts")
+    hit = [(first, step, v) for first, step, v in timeouts if v > 0]
+    if not hit:
+        return []
+    total = int(sum(v for _, _, v in hit))
+    return [Flag("tool_timeouts", hit[0][1], hit[-1][1], f"{total} tool call(s) ran past training.tool_timeout and were "
+                 f"stopped (on {len(hit)} logged step(s)); each costs the whole timeout. Make the tool bound its own work, "
+                 "or raise training.tool_timeout if it is slow but sure to finish.")]
 
 
 def _reward_divergence(records: list[dict], window: int) -> list[Flag]:

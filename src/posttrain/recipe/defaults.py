@@ -88,6 +88,10 @@ def defaults_for(algorithm: str, training: dict) -> dict[str, object]:
     out = {**COMMON, **(TOKEN_LOSS if algorithm in ("cpt", "sft", "sft_vlm") else {}), **ALGORITHM_DEFAULTS.get(algorithm, {})}
     if algorithm == "cpt" and training.get("packing") is False:
         del out["packing_strategy"]  # read only when packing (recipe.liveness); unpacked CPT has no strategy
+    if algorithm in ("grpo", "gspo") and (training.get("tools") or training.get("environment")):
+        # TRL's None lets a policy that keeps calling tools spend its whole completion budget on calls;
+        # rollouts cut at this limit are counted (tools/cut_off).
+        out["max_tool_calling_iterations"] = 5
     if algorithm == "gspo" and not {"steps_per_generation", "generation_batch_size", "num_iterations"} & training.keys():
         gas = training.get("gradient_accumulation_steps", 1)
         out["steps_per_generation"] = 4 * gas if isinstance(gas, int) else 4

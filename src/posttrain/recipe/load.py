@@ -24,7 +24,7 @@ from . import yaml12
 from .errors import Problem, RecipeError, did_you_mean
 from .migrations import ALGORITHM_MIGRATIONS, fairl_signs, migration_for
 from .overrides import apply_overrides, format_path, parse_path
-from .schema import OWNED_ELSEWHERE, TRAINING_MODELS, Problems, Recipe, schema_for
+from .schema import OWNED_ELSEWHERE, RL_ALGORITHMS, RL_ONLY_HINTS, TRAINING_MODELS, Problems, Recipe, schema_for
 from .trl_fields import trl_fields
 
 
@@ -226,6 +226,9 @@ def _message(errs: list[dict], parts: list, raw: dict, root: type[BaseModel] = R
             return f"{name!r} is no longer a key: {hint}"
         if parts[0] == "training" and len(parts) == 2 and name in OWNED_ELSEWHERE:
             return f"posttrain sets {name!r} itself: {OWNED_ELSEWHERE[name]}"
+        algorithm = (raw.get("training") or {}).get("algorithm") if isinstance(raw.get("training"), dict) else None
+        if parts[0] == "training" and len(parts) == 2 and name in RL_ONLY_HINTS and algorithm not in RL_ALGORITHMS:
+            return f"not a key of algorithm {algorithm}: " + RL_ONLY_HINTS[name].format(algorithm=algorithm)
         model = _model_at(parts[:-1], raw, root)
         known = list(model.model_fields) if model else []
         where = format_path(parts[:-1]) or "the recipe"

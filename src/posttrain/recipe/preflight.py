@@ -204,6 +204,24 @@ def preflight_raw(raw: dict) -> list[Problem]:
     return problems
 
 
+def tool_problems(training) -> list[Problem]:
+    """GRPO/GSPO tools and environment: imported and checked in a worker process (posttrain.tools.probe),
+    so a module that does not import, a tool TRL cannot describe to the model or an environment without
+    reset stops `validate` and `train` here, before any model loads. And the chat template file they
+    often need (training.chat_template_path, posttrain's own key in GRPO/GSPO) must exist."""
+    out = []
+    template = getattr(training, "chat_template_path", None) if type(training)._family == "grpo" else None
+    if template is not None and not Path(template).expanduser().is_file():
+        out.append(Problem("training.chat_template_path", f"{template!r} is not a file (relative paths are from {os.getcwd()}); "
+                                                          "give a Jinja template file, e.g. recipes/templates/chatml-tools.jinja."))
+    if getattr(training, "uses_tools", False):
+        from posttrain.tools.probe import probe
+
+        problems, _ = probe(training.tools, training.environment, training.environment_kwargs)
+        out += [Problem(key, message) for key, message in problems]
+    return out
+
+
 def preflight(recipe: Recipe) -> None:
     problems: list[Problem] = precision_problems(recipe.training)
     model = recipe.model
@@ -254,6 +272,8 @@ def preflight(recipe: Recipe) -> None:
     out = Path(recipe.training.output_dir).expanduser()
     if out.exists() and not out.is_dir():
         problems.append(Problem("training.output_dir", f"{str(out)!r} exists and is not a directory; choose another output_dir."))
+
+    problems += tool_problems(training)
 
     provider = recipe.tracking.provider
     if provider != "none" and importlib.util.find_spec(TRACKING_PACKAGES[provider]) is None:

@@ -505,6 +505,33 @@ def _training_model(algorithm: str, family: str, base: type[TrainingBase] = Trai
     return model
 
 
+def _spec_shape(what: str):
+    """A 'package.module:attribute' spec, checked for its shape (the import happens in preflight)."""
+
+    def check(value: str) -> str:
+        from posttrain.user_code import split_spec
+
+        split_spec(value, what)
+        return value
+
+    return AfterValidator(check)
+
+
+# Keys of GRPO/GSPO's training section that another algorithm's user may reach for; the unknown-key
+# error says why they do not apply there.
+RL_ONLY_HINTS = {
+    "tools": "tools are called while GRPO/GSPO generate rollouts (training.algorithm=grpo or gspo); to teach tool calls "
+             "with {algorithm}, put them in the data: chats whose assistant turns have tool_calls, tool turns with the "
+             "results, and a `tools` column with the schemas (posttrain.data.synthetic writes such chats).",
+    "environment": "environments are acted in while GRPO/GSPO generate rollouts (training.algorithm=grpo or gspo); "
+                   "{algorithm} trains on recorded data.",
+    "rewards": "rewards score rollouts in GRPO/GSPO (training.algorithm=grpo or gspo); {algorithm} has no rewards.",
+}
+
+
+TOOL_KEYS = ("tools", "environment", "environment_kwargs", "tool_timeout", "tool_result_max_chars", "max_tool_calling_iterations")
+
+
 class RewardSpec(BaseModel):
     """One reward: a built-in name, `http`, or `package.module:function`, its weight, and its options."""
 
@@ -539,13 +566,61 @@ class RLTrainingBase(TrainingBase):
         description="Rewards summed (with weights) into each completion's score. Dataset columns reach each reward "
         "as keyword lists; the gold answer arrives as `answer`.",
     )
+    # Agentic RL: tools and environments the policy acts through while it generates (TRL's GRPOTrainer
+    # tools= / environment_factory=), run isolated by posttrain.tools.
+    tools: list[Annotated[str, _spec_shape("tool")]] = Field(
+        default_factory=list,
+        description="Functions the policy may call while it generates, as 'package.module:function' (imported like "
+        "custom rewards). Each needs type hints and a Google-style docstring: the model reads a schema built from "
+        "them. Calls run in a worker process (a tool that hangs, crashes or exits costs that call only); a failure "
+        "reaches the model as the tool's error message and is counted (tools/errors, tools/timeouts). The chat "
+        "template must render tools and tool calls; multi-turn rollouts stop after max_tool_calling_iterations "
+        "turns of calls (posttrain's default 5; TRL's is unbounded).",
+    )
+    environment: Annotated[str, _spec_shape("environment")] | None = Field(
+        None,
+        description="'package.module:Class' whose public methods are tools with state per rollout. One instance per "
+        "rollout, each in its own worker process, built with environment_kwargs: reset(**row) starts a rollout (a "
+        "returned string is appended to the prompt), get_reward() (optional) scores it as its own reward channel "
+        "named after the class, weight 1. Rewards receive the instances as `environments` and may read their "
+        "attributes. A timed-out or crashed instance is rebuilt for the next rollout.",
+    )
+    environment_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the environment's constructor.")
+    tool_timeout: float = Field(
+        10.0, gt=0,
+        description="Seconds one tool call (or environment method) may run; past that its worker is stopped and the "
+        "model reads a timeout error (counted in tools/timeouts; the tool_timeouts health flag fires).",
+    )
+    tool_result_max_chars: StrictInt = Field(
+        4000, ge=1,
+        description="Longest tool result the model reads, in characters; a longer one is cut, with a note giving its "
+        "length (counted in tools/truncated). Results count toward max_completion_length: TRL drops a tool turn "
+        "that would overflow it.",
+    )
+    chat_template_path: str | None = Field(
+        None,
+        description="A Jinja chat template file to use instead of the tokenizer's; it is saved with the trained model. "
+        "For tools on a ChatML model whose template ignores them (SmolLM2): recipes/templates/chatml-tools.jinja.",
+    )
 
     def trl_kwargs(self) -> dict[str, Any]:
         return {**super().trl_kwargs(), "reward_weights": [r.weight for r in self.rewards]}
 
+    @property
+    def uses_tools(self) -> bool:
+        return bool(self.tools or self.environment)
+
     def cross_checks(self) -> list[tuple[str, str]]:
         """TRL's own checks, at load time and with the numbers: a generation batch holds whole groups."""
         out = super().cross_checks()
+        if not self.uses_tools:
+            dead = [k for k in TOOL_KEYS[2:] if k in self.model_fields_set]
+            if dead:
+                out.append((f"training.{dead[0]}", f"{', '.join('training.' + k for k in dead)} only act(s) with training.tools "
+                            "or training.environment, and this recipe has neither; add them or remove the key(s)."))
+        twice = sorted({t for t in self.tools if self.tools.count(t) > 1})
+        if twice:
+            out.append(("training.tools", f"{twice[0]} is listed twice; list each tool once."))
         value = self.value
         num_generations = value("num_generations")
         if num_generations is not None and num_generations < 2:
@@ -674,8 +749,24 @@ class Recipe(Section):
     @model_validator(mode="after")
     def _cross_section(self):
         raise_all(self._storage_checks() + self._distributed_checks() + self._keys_used_by_this_algorithm() + self._row_templates_used()
-                  + self._vision_checks() + self._evaluation_is_wired() + inactive_keys(self) + self._tracking_keys_used())
+                  + self._vision_checks() + self._evaluation_is_wired() + inactive_keys(self) + self._tracking_keys_used()
+                  + self._tool_checks())
         return self
+
+    def _tool_checks(self) -> list[tuple[str, str]]:
+        """Tools need chat prompts: TRL reads tool calls from chat completions only, and renders the tools in the chat template."""
+        if not getattr(self.training, "uses_tools", False):
+            return []
+        key = "training.tools" if self.training.tools else "training.environment"
+        if not self.data.use_chat_template:
+            return [("data.use_chat_template", f"false sends plain-text prompts, but {key} needs chat prompts (TRL renders the tools "
+                     "into the chat template and reads tool calls from chat completions); remove data.use_chat_template.")]
+        if self.data.prompt_truncation == "left" and self.data.max_prompt_length is not None:
+            return [("data.prompt_truncation", f"'left' renders prompts to plain text, which {key} cannot use (tools need chat "
+                     "prompts); use data.prompt_truncation=drop.")]
+        if self.uses_images:
+            return [(key, "tools with image prompts are not supported by posttrain yet; use text prompts.")]
+        return []
 
     def _storage_checks(self) -> list[tuple[str, str]]:
         if self.s3 is not None and self.s3.delete_local_after_upload and self.training.load_best_model_at_end:

@@ -229,6 +229,17 @@ class Toolbox:
         signatures and docstrings, each call run in the tools worker."""
         return [_forwarding_function(fn, functools.partial(self.call_tool, spec, fn.__name__)) for spec, fn in self._functions]
 
+    def schemas(self) -> list[dict]:
+        """The JSON schemas TRL shows the model (transformers' get_json_schema, as TRL builds them):
+        the plain tools, then the environment's methods."""
+        from transformers.utils import get_json_schema
+
+        out = [get_json_schema(tool) for tool in self.tools()]
+        if self._proxy_class is not None:
+            out += [get_json_schema(method) for name, method in inspect.getmembers(self._proxy_class, inspect.isfunction)
+                    if not name.startswith("_") and name not in ("reset", "get_reward")]
+        return out
+
     def call_tool(self, spec: str, name: str, kwargs: dict) -> str:
         self.stats.add(calls=1)
         if not self._tools_worker.alive:
