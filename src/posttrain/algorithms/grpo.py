@@ -16,6 +16,9 @@ the tools run isolated and their use counted by posttrain (`posttrain.algorithms
 
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager, nullcontext
+
 from posttrain.rewards.builtin import get_reward
 
 
@@ -35,10 +38,11 @@ def reward_functions(training) -> list:
 def build_trainer(run):
     from trl import GRPOTrainer
 
+    from .run import log
+
     if run.loaded.processor is not None:
         # Image prompts (a vision-language model): the tower frozen and LoRA aimed as in sft_vlm. TRL
         # renders each chat with its images through the processor when it generates.
-        from .run import log
         from .sft_vlm import prepare_model
 
         prepare_model(run, log)
@@ -50,8 +54,9 @@ def build_trainer(run):
         from posttrain.models.vision import render_parts
 
         log(render_parts(trainer.model))
-    if trainer.args.bf16 and trainer.args.use_cpu and not trainer.args.use_vllm:
-        generate_without_autocast(trainer)
+    if not trainer.args.use_vllm:
+        timers = run.monitor.timers if run.monitor is not None else None
+        log(route_generate(trainer, run.loaded_recipe.recipe.training.rollout_engine, timers))
     if run.monitor is not None and run.monitor.timers is not None:
         from .monitor import attach_timers
 
@@ -61,29 +66,78 @@ def build_trainer(run):
     return trainer
 
 
-def generate_without_autocast(trainer) -> None:
-    """CPU bf16 runs generate in float32: the autocast accelerate wraps around the model's forward
-    casts every weight to bf16 again for each decoded token, which made generation 1.46x slower
-    than float32 (tiny:qwen2-6m, 512-token completions: 30.9 s against 21.2 s of a run), while
-    the log-prob and training passes stay in bf16 (1.6-1.8x faster). The old-policy log-probs
-    the loss uses come from those passes, not from generation, so the loss is unchanged.
+def route_generate(trainer, engine: str, timers=None) -> str:
+    """Give the policy a `generate` that TRL's rollouts call: posttrain's decoding loop (engine
+    'posttrain') or transformers' own, and say which at start-up.
 
-    accelerate keeps the unwrapped forward as `_original_forward` when it adds autocast (at
-    `prepare`, so at the first step); a LoRA model generates through its base model's own forward,
-    which was never wrapped, and needs nothing.
+    TRL 1.16 generates with `unwrap_model_for_generation(...).generate(input_ids, attention_mask,
+    generation_config)`; the unwrapped model is `trainer.model` (DDP only wraps it), so an instance
+    attribute there is what TRL calls, on every rank. With ZeRO-3 or FSDP the weights are gathered for
+    generation by TRL and posttrain keeps transformers' generate (its merged copies would double the
+    gathered memory; untested there).
+
+    Either way, on a CPU with bf16 autocast the generation runs the float32 forward: the autocast
+    accelerate wraps around the forward casts every weight to bf16 again for each decoded token,
+    which made generation 1.46x slower than float32 (tiny:qwen2-6m, 512-token completions: 30.9 s
+    against 21.2 s of a run), while the log-prob and training passes stay in bf16 (1.6-1.8x faster).
+    The old-policy log-probs the loss uses come from those passes, not from generation.
     """
-    generate = trainer._generate
+    from posttrain.generation.decoding import decode, unsupported
 
-    def float32_generate(*args, **kwargs):
-        model = trainer.accelerator.unwrap_model(trainer.model_wrapped)
-        original = model.__dict__.get("_original_forward")
-        if original is None:
-            return generate(*args, **kwargs)
-        autocast_forward = model.forward
-        model.forward = original
-        try:
-            return generate(*args, **kwargs)
-        finally:
-            model.forward = autocast_forward
+    model = trainer.model
+    original = model.generate
+    sharded = trainer.is_fsdp_enabled or (trainer.is_deepspeed_enabled and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3)
+    fast = engine == "posttrain" and not sharded
+    float32 = bool(trainer.args.bf16 and trainer.args.use_cpu)
+    said = set()
 
-    trainer._generate = float32_generate
+    def generate(input_ids=None, attention_mask=None, generation_config=None, **kwargs):
+        reason = "no generation_config" if generation_config is None or input_ids is None or attention_mask is None \
+            else unsupported(generation_config, kwargs)
+        if fast and reason and reason not in said:
+            said.add(reason)
+            print(f"rollouts: transformers' generate for this call ({reason} is not implemented by posttrain's loop)", flush=True)
+        started = time.perf_counter()
+        with _without_autocast(model) if float32 else nullcontext():
+            if fast and reason is None:
+                out = decode(model, input_ids, attention_mask, generation_config)
+            else:
+                out = original(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config, **kwargs)
+        if timers is not None and input_ids is not None:
+            timers.add_decoded(new_tokens(out[:, input_ids.shape[1]:], generation_config), time.perf_counter() - started)
+        return out
+
+    model.generate = generate
+    which = "posttrain's decoding loop (training.rollout_engine=posttrain)" if fast else \
+        "transformers' generate" + (" (ZeRO-3/FSDP)" if sharded and engine == "posttrain" else " (training.rollout_engine=transformers)")
+    return f"rollouts: {which}" + ("; float32 forward for generation (bf16 autocast on a CPU is slower there)" if float32 else "")
+
+
+def new_tokens(completions, generation_config) -> int:
+    """Tokens the model generated: each row up to and including its first stop token."""
+    import torch
+
+    stop = generation_config.eos_token_id if generation_config is not None else None
+    stop = [] if stop is None else [stop] if isinstance(stop, int) else list(stop)
+    if not stop or completions.shape[1] == 0:
+        return int(completions.numel())
+    is_stop = torch.isin(completions, torch.tensor(stop, device=completions.device))
+    first = torch.where(is_stop.any(1), is_stop.int().argmax(1) + 1, torch.full_like(is_stop[:, 0], completions.shape[1], dtype=torch.long))
+    return int(first.sum())
+
+
+@contextmanager
+def _without_autocast(model):
+    """Run `model`'s float32 forward inside the block: accelerate keeps the forward it wrapped in
+    autocast as `_original_forward` (set at `prepare`, so from the first step on); a model it did not
+    wrap needs nothing."""
+    original = model.__dict__.get("_original_forward")
+    if original is None:
+        yield
+        return
+    autocast_forward = model.forward
+    model.forward = original
+    try:
+        yield
+    finally:
+        model.forward = autocast_forward

@@ -30,13 +30,20 @@ class StepTimers:
     logprobs_s: float = 0.0  # no-grad log-prob forwards: the reference model (beta > 0), the old policy (off-policy steps)
     optimizer_s: float = 0.0  # optimizer.step() (gradient clipping and the backward pass are not in it)
     empty_think: list = field(default_factory=list)
+    decoded_tokens: int = 0  # tokens the policy generated (to its first stop token), and the seconds `generate` took
+    decode_s: float = 0.0
+
+    def add_decoded(self, tokens: int, seconds: float) -> None:
+        self.decoded_tokens += tokens
+        self.decode_s += seconds
 
     def take(self) -> dict:
         """Seconds per part and the mean empty-think share (or None) since the last take."""
         out = {"generation_s": self.generation_s, "scoring_s": self.scoring_s, "logprobs_s": self.logprobs_s,
-               "optimizer_s": self.optimizer_s,
+               "optimizer_s": self.optimizer_s, "decoded_tokens": self.decoded_tokens, "decode_s": self.decode_s,
                "empty_think": sum(self.empty_think) / len(self.empty_think) if self.empty_think else None}
-        self.generation_s = self.scoring_s = self.logprobs_s = self.optimizer_s = 0.0
+        self.generation_s = self.scoring_s = self.logprobs_s = self.optimizer_s = self.decode_s = 0.0
+        self.decoded_tokens = 0
         self.empty_think = []
         return out
 
@@ -113,7 +120,7 @@ class RunMonitor(TrainerCallback):
         self._interval_steps = 0
         self._last_tokens: float | None = None
         self.totals = {"step_s": 0.0, "steps": 0, "tokens": 0.0, "token_s": 0.0, "generation_s": 0.0, "scoring_s": 0.0,
-                       "logprobs_s": 0.0, "optimizer_s": 0.0}
+                       "logprobs_s": 0.0, "optimizer_s": 0.0, "decoded_tokens": 0, "decode_s": 0.0}
 
     # -- timing -----------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
@@ -198,8 +205,10 @@ class RunMonitor(TrainerCallback):
                 logs["time/training_s"] = round(max(0.0, seconds - generation - scoring) / steps, 4)
                 logs["time/logprobs_s"] = round(parts["logprobs_s"] / steps, 4)  # part of training_s
                 logs["time/optimizer_s"] = round(parts["optimizer_s"] / steps, 4)  # part of training_s
-                for key in ("generation_s", "scoring_s", "logprobs_s", "optimizer_s"):
+                for key in ("generation_s", "scoring_s", "logprobs_s", "optimizer_s", "decoded_tokens", "decode_s"):
                     self.totals[key] += parts[key]
+                if parts["decode_s"] > 0:
+                    logs["speed/generation_tokens_per_s"] = round(parts["decoded_tokens"] / parts["decode_s"], 2)
             if empty is not None:
                 logs[EMPTY_THINK_KEY] = round(empty, 4)
 
@@ -225,4 +234,6 @@ class RunMonitor(TrainerCallback):
             speed["training_s"] = round(max(0.0, t["step_s"] - t["generation_s"] - t["scoring_s"]) / t["steps"], 4)
             speed["logprobs_s"] = round(t["logprobs_s"] / t["steps"], 4)
             speed["optimizer_s"] = round(t["optimizer_s"] / t["steps"], 4)
+            if t["decode_s"] > 0:
+                speed["generation_tokens_per_s"] = round(t["decoded_tokens"] / t["decode_s"], 2)
         return {"speed": speed, "health": [f.as_dict() for f in self.flags], "stopped_by": self.stopped_by}

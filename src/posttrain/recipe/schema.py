@@ -559,8 +559,19 @@ class RLTrainingBase(TrainingBase):
         if self.use_vllm and self.vllm_mode is not None and self.vllm_mode not in ("colocate", "server"):
             raise ValueError(f"training.vllm_mode={self.vllm_mode!r}: TRL knows 'colocate' (vLLM inside each training "
                              "process) and 'server' (a separate `posttrain vllm-serve`).")
+        if self.use_vllm and "rollout_engine" in self.model_fields_set:
+            raise ValueError("training.rollout_engine chooses between posttrain's and transformers' generation; with "
+                             "training.use_vllm=true vLLM generates and it would do nothing. Remove one of them.")
         return self  # vllm_* keys without use_vllm: recipe.liveness
 
+    rollout_engine: Literal["posttrain", "transformers"] = Field(
+        "posttrain",
+        description="What generates the completions when use_vllm is off. 'posttrain': posttrain's decoding loop "
+        "(generation/decoding.py: LoRA merged and CPU weights pre-packed for the rollout, each prompt prefilled once for its "
+        "group, no cache copies; the same tokens as transformers' generate up to float32 rounding, sampled without LoRA "
+        "dropout), falling back to generate for settings it does not implement (said at start-up). 'transformers': "
+        "TRL's own model.generate. README 'Speed of rollouts' has the measurements.",
+    )
     rewards: list[RewardSpec] = Field(
         min_length=1,
         description="Rewards summed (with weights) into each completion's score. Dataset columns reach each reward "

@@ -1,0 +1,221 @@
+"""posttrain's decoding loop: `model.generate`'s results, faster on small batches.
+
+    sequences = decode(model, input_ids, attention_mask, generation_config)   # what model.generate returns
+
+Used by GRPO/GSPO rollouts (`install_fast_generate`: TRL calls `model.generate` and gets this) and
+by the local evaluation engine. Where the time of `generate` goes on a small batch, and what this
+does about each (benchmarks/rollout_speed.py measures it side by side):
+
+- **the weights are read once per decoded token**, and the linear layers dominate (82% of a
+  SmolLM2 decode step on a CPU): LoRA is merged and CPU weights are pre-packed for the duration
+  (`inference_weights.inference_linears`);
+- **group prompts are prefilled once**: GRPO repeats each prompt `num_generations` times; the
+  prompt's keys and values are computed for one copy and repeated in the cache;
+- **logits only where they are sampled**: the prefill asks the model for the last position's logits.
+
+What stays the same as `generate`: the model's own forward (any architecture transformers runs with
+a KV cache), left padding with position ids from the attention mask, the logits processors
+(transformers' own temperature / top-k / top-p / min-p warpers, applied in `generate`'s order to
+float32 logits), one `torch.multinomial` draw per step over the whole batch from the global RNG,
+eos handling (a finished row continues with pad) and the returned shape. So with the same seed the
+samples are `generate`'s up to float32 rounding. Anything else in the generation config (beams,
+repetition penalty, min_new_tokens, suppressed tokens, streamers, ...) is not implemented here:
+`unsupported` names it and the caller uses `generate` itself.
+"""
+
+from __future__ import annotations
+
+import functools
+
+# Generation-config fields this loop implements; any other field set away from its default sends
+# the call to `generate` (see `unsupported`).
+SUPPORTED = {
+    "max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "min_p", "eos_token_id", "pad_token_id",
+    "bos_token_id", "use_cache", "cache_implementation", "disable_compile", "return_dict_in_generate",
+}
+# Bookkeeping fields that do not change what is generated.
+IGNORED = {"transformers_version", "_from_model_config", "_commit_hash", "_original_object_hash"}
+
+
+def unsupported(generation_config, model_kwargs: dict) -> str | None:
+    """Why this loop cannot stand in for `generate` with these arguments, or None when it can."""
+    from transformers import GenerationConfig
+
+    if model_kwargs:
+        return f"model inputs {sorted(model_kwargs)}"
+    default = GenerationConfig().to_dict()
+    for key, value in generation_config.to_dict().items():
+        if key in SUPPORTED or key in IGNORED or value == default.get(key, value):
+            continue
+        if key == "repetition_penalty" and value == 1.0 or key in ("top_k",) and value in (0, None):
+            continue
+        return f"generation setting {key}={value!r}"
+    if generation_config.max_new_tokens is None:
+        return "no max_new_tokens"
+    if generation_config.return_dict_in_generate:
+        return "return_dict_in_generate"
+    if generation_config.cache_implementation not in (None, "dynamic"):
+        return f"cache_implementation={generation_config.cache_implementation!r}"
+    if generation_config.do_sample and generation_config.temperature is not None and generation_config.temperature <= 0:
+        return f"temperature={generation_config.temperature}"
+    return None
+
+
+def warpers(generation_config):
+    """transformers' sampling warpers for this config, in `generate`'s order (min_tokens_to_keep=1)."""
+    from transformers.generation.logits_process import (
+        LogitsProcessorList, MinPLogitsWarper, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+
+    c, chain = generation_config, LogitsProcessorList()
+    if not c.do_sample:
+        return chain
+    if c.temperature is not None and c.temperature != 1.0:
+        chain.append(TemperatureLogitsWarper(c.temperature))
+    if c.top_k is not None and c.top_k != 0:
+        chain.append(TopKLogitsWarper(top_k=c.top_k))
+    if c.top_p is not None and c.top_p < 1.0:
+        chain.append(TopPLogitsWarper(top_p=c.top_p))
+    if c.min_p is not None:
+        chain.append(MinPLogitsWarper(min_p=c.min_p))
+    return chain
+
+
+def prompt_groups(input_ids, attention_mask):
+    """(unique row indices, index of each row's unique row): rows with the same tokens and mask share
+    one prefill."""
+    import torch
+
+    keys = {}
+    inverse = []
+    for ids, mask in zip(input_ids.tolist(), attention_mask.tolist()):
+        inverse.append(keys.setdefault((tuple(ids), tuple(mask)), len(keys)))
+    first = {}
+    for row, k in enumerate(inverse):
+        first.setdefault(k, row)
+    unique = torch.tensor([first[k] for k in range(len(keys))], device=input_ids.device)
+    return unique, torch.tensor(inverse, device=input_ids.device)
+
+
+def decode(model, input_ids, attention_mask, generation_config, *, weights: bool = True):
+    """The sequences `model.generate(input_ids=..., attention_mask=..., generation_config=...)`
+    returns (prompt followed by new tokens, finished rows padded), for a config `unsupported`
+    accepts. `weights=False` keeps the model's own linear layers (no merge, no packing)."""
+    import torch
+
+    from posttrain.generation.inference_weights import inference_linears
+
+    config = generation_config
+    stop = config.eos_token_id
+    stop = torch.tensor([] if stop is None else [stop] if isinstance(stop, int) else list(stop), device=input_ids.device)
+    pad = config.pad_token_id if config.pad_token_id is not None else (int(stop[0]) if len(stop) else 0)
+    chain = warpers(config)
+    batch = input_ids.shape[0]
+    unique, inverse = prompt_groups(input_ids, attention_mask)
+    forward_kwargs = forward_options(model)
+
+    linears = inference_linears(model, rows=batch) if weights else _nothing()
+    with linears, torch.inference_mode():
+        cache = preallocated_cache(model.config, input_ids.shape[1] + config.max_new_tokens)
+        mask = attention_mask[unique]
+        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as generate derives them
+        out = model(input_ids=input_ids[unique], attention_mask=mask, position_ids=positions, use_cache=True,
+                    **{forward_kwargs["cache"]: cache}, **forward_kwargs["extra"])
+        if len(unique) < batch:
+            cache.reorder_cache(inverse)
+        logits = out.logits[inverse, -1].float()
+        width = input_ids.shape[1]
+        full_mask = attention_mask.new_ones(batch, width + config.max_new_tokens)
+        full_mask[:, :width] = attention_mask
+        position = attention_mask.long().sum(-1, keepdim=True) - 1
+        sequences = input_ids
+        unfinished = torch.ones(batch, dtype=torch.bool, device=input_ids.device)
+        for step in range(config.max_new_tokens):
+            scores = chain(sequences, logits)
+            if config.do_sample:
+                token = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+            else:
+                token = scores.argmax(-1)
+            token = torch.where(unfinished, token, torch.full_like(token, pad))
+            sequences = torch.cat([sequences, token[:, None]], dim=-1)
+            unfinished &= ~torch.isin(token, stop)
+            if not unfinished.any() or step + 1 == config.max_new_tokens:
+                break
+            position = position + 1
+            out = model(input_ids=token[:, None], attention_mask=full_mask[:, :sequences.shape[1]], position_ids=position,
+                        use_cache=True, **{forward_kwargs["cache"]: cache}, **forward_kwargs["extra"])
+            logits = out.logits[:, -1].float()
+    return sequences
+
+
+def preallocated_cache(model_config, capacity: int):
+    """A DynamicCache whose full-attention layers write into buffers of `capacity` positions instead
+    of concatenating (which copies the whole cache at every token: 10% of a decode step on SmolLM2
+    at 64 positions, growing with the length). Models with sliding-window or other special layers
+    keep transformers' own layers."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=model_config)
+    if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers):
+        layer_class = _preallocated_layer_class()
+        cache.layers = [layer_class(capacity) for _ in cache.layers]
+    return cache
+
+
+@functools.cache
+def _preallocated_layer_class():
+    """The layer class subclasses transformers': defined on first use, so importing this stays cheap."""
+    from transformers.cache_utils import DynamicLayer
+
+    class PreallocatedLayer(DynamicLayer):
+        """A DynamicLayer that fills preallocated buffers; `keys`/`values` are views of the filled part."""
+
+        def __init__(self, capacity: int):
+            super().__init__()
+            self.capacity = capacity
+
+        def lazy_initialization(self, key_states, value_states):
+            super().lazy_initialization(key_states, value_states)
+            batch, heads, _, dim = key_states.shape
+            self.key_buffer = key_states.new_empty(batch, heads, self.capacity, dim)
+            self.value_buffer = value_states.new_empty(batch, heads, self.capacity, value_states.shape[-1])
+            self.filled = 0
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            end = self.filled + key_states.shape[-2]
+            if end > self.capacity:
+                raise RuntimeError(f"preallocated KV cache of {self.capacity} positions overflowed ({end})")
+            self.key_buffer[:, :, self.filled:end] = key_states
+            self.value_buffer[:, :, self.filled:end] = value_states
+            self.filled = end
+            self.keys, self.values = self.key_buffer[:, :, :end], self.value_buffer[:, :, :end]
+            return self.keys, self.values
+
+        def reorder_cache(self, beam_idx):
+            self.key_buffer = self.key_buffer.index_select(0, beam_idx)
+            self.value_buffer = self.value_buffer.index_select(0, beam_idx)
+            self.keys, self.values = self.key_buffer[:, :, :self.filled], self.value_buffer[:, :, :self.filled]
+
+    return PreallocatedLayer
+
+
+def forward_options(model) -> dict:
+    """How this model's forward takes the cache (`cache` since transformers 5.2x, `past_key_values`
+    before) and whether it computes the last position's logits only when asked (as `generate` checks
+    it). A PEFT wrapper forwards keywords to its base model, whose signature is the one to read."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    parameters = inspect.signature(base.forward).parameters
+    return {"cache": "cache" if "cache" in parameters else "past_key_values",
+            "extra": {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}}
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
