@@ -33,7 +33,7 @@ def metrics(out: Path) -> list[dict]:
 def beta_runs(tmp_path_factory, data_dir, cli):
     """Two runs that differ only in training.beta: the default (0.04) and 0.0."""
     root = tmp_path_factory.mktemp("grpo")
-    grpo(cli, root / "default", data_dir=data_dir)
+    (root / "default.log").write_text(grpo(cli, root / "default", data_dir=data_dir).stdout)
     grpo(cli, root / "beta0", "training.beta=0.0", data_dir=data_dir)
     return root
 
@@ -191,3 +191,22 @@ def test_cpu_bf16_generates_in_float32_and_trains_in_bf16(tmp_path, data_dir, re
     elsewhere = [(grad, autocast) for gen, grad, autocast in calls if not gen]
     assert in_generation == {False}  # every decoded token in float32
     assert any(grad for grad, _ in elsewhere) and all(autocast for _, autocast in elsewhere)  # the loss's pass (and log-probs) in bf16
+
+
+def test_posttrain_rollouts_train_the_same_run_as_transformers_generate(cli, tmp_path, beta_runs, data_dir):
+    """training.rollout_engine=posttrain (the default) against TRL's own model.generate, same seed: the
+    same completions, so every step's reward, KL and loss agree; the log says which engine ran, and
+    the run measures its generation tokens/s."""
+    result = grpo(cli, tmp_path / "hf", "training.rollout_engine=transformers", data_dir=data_dir)
+    assert "rollouts: transformers' generate (training.rollout_engine=transformers)" in result.stdout
+    assert "rollouts: posttrain's decoding loop (training.rollout_engine=posttrain)" in (beta_runs / "default.log").read_text()
+    ours, theirs = ([r for r in metrics(out) if "loss" in r] for out in (beta_runs / "default", tmp_path / "hf"))
+    assert len(ours) == len(theirs) == 4
+    for a, b in zip(ours, theirs):
+        assert a["reward"] == pytest.approx(b["reward"], abs=1e-6)
+        assert a["completions/mean_length"] == b["completions/mean_length"]
+        assert a["kl"] == pytest.approx(b["kl"], rel=1e-3, abs=1e-7)
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-3, abs=1e-7)
+    assert all(r["speed/generation_tokens_per_s"] > 0 for r in ours + theirs)
+    summary = json.loads((beta_runs / "default" / "run_summary.json").read_text())
+    assert summary["speed"]["generation_tokens_per_s"] > 0

@@ -15,6 +15,7 @@ import argparse
 # flag destination -> (engine option, engine kinds it applies to)
 FLAG_OPTIONS = {
     "batch_size": ("batch_size", {"local"}),
+    "decoder": ("decoder", {"local"}),
     "no_chat_template": ("use_chat_template", {"local", "vllm"}),
     "base_url": ("base_url", {"api"}),
     "api_key_env": ("api_key_env", {"api"}),
@@ -30,6 +31,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """The engine flags, in their own help group; every default is None = the engine's default."""
     e = parser.add_argument_group("engines (each flag applies to the models it fits)")
     e.add_argument("--batch-size", type=int, help="local models: prompts per batch (default: 16)")
+    e.add_argument("--decoder", choices=["posttrain", "transformers"], help="local models: posttrain's decoding loop "
+                   "(default; pre-packed CPU weights, no cache copies: README 'Speed of rollouts') or transformers' generate; "
+                   "the same tokens up to float32 rounding")
     e.add_argument("--no-chat-template", action="store_true", default=None, help="local/vLLM models: send plain-string prompts raw instead of as a user turn in the chat template")
     e.add_argument("--base-url", help="API models: API root, e.g. http://localhost:8000/v1 for an OpenAI-compatible server")
     e.add_argument("--api-key-env", metavar="VAR", help="API models: environment variable holding the key")

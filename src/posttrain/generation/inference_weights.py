@@ -58,14 +58,14 @@ def _lora_linear_class():
 
 def effective_linears(model) -> dict:
     """{module: (weight, bias)} for every plain nn.Linear and every mergeable LoRA Linear of `model`
-    (the LoRA layer itself, not its base layer, whose forward is never reached once it is replaced)."""
+    (the LoRA layer itself: its base layer and A/B factors are never reached once it is replaced)."""
     import torch
 
     lora_cls = _lora_linear_class()
     found, inside_lora = {}, set()
     for module in model.modules():
         if lora_cls is not None and isinstance(module, lora_cls):
-            inside_lora.add(id(module.get_base_layer()))
+            inside_lora.update(id(m) for m in module.modules() if m is not module)
             merged = _lora_merged(module)
             if merged is not None:
                 found[module] = merged

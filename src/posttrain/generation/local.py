@@ -50,14 +50,20 @@ class TransformersEngine:
     use_chat_template: wrap plain-string prompts as one user turn in the tokenizer's chat template
         (when it has one); False sends them raw. Chat prompts always use the template.
     progress: show a tqdm bar over batches (on stderr).
+    decoder: "posttrain" (posttrain's decoding loop, `generation.decoding`; the weights pre-packed once
+        for the whole call) or "transformers" (`model.generate`). Vision-language models always use
+        `generate`.
     """
 
     def __init__(self, model_spec: str, *, batch_size: int = 16, device: str | None = None, dtype: str = "auto",
-                 use_chat_template: bool = True, progress: bool = True):
+                 use_chat_template: bool = True, progress: bool = True, decoder: str = "posttrain"):
         if batch_size < 1:
             raise UserError(f"batch_size must be at least 1, got {batch_size}")
+        if decoder not in ("posttrain", "transformers"):
+            raise UserError(f"decoder must be 'posttrain' or 'transformers', got {decoder!r}")
         self.name = model_spec
         self.batch_size = batch_size
+        self.decoder = decoder
         self.use_chat_template = use_chat_template
         self.progress = progress
         loaded = load_for_generation(model_spec, device, dtype)
@@ -82,8 +88,15 @@ class TransformersEngine:
         if empty:
             raise UserError(f"prompt(s) {empty[:10]} are empty after tokenization (no chat template around them); give non-empty text")
         config = self._generation_config(params)
-        return self._in_batches([len(ids) for ids in encoded], params.seed,
-                                lambda batch: self._generate_batch([encoded[i] for i in batch], config))
+        if self.decoder == "transformers":
+            return self._in_batches([len(ids) for ids in encoded], params.seed,
+                                    lambda batch: self._generate_batch([encoded[i] for i in batch], config))
+        from posttrain.generation.decoding import decode
+        from posttrain.generation.inference_weights import inference_linears
+
+        with inference_linears(self.model, rows=min(self.batch_size, len(encoded))):  # packed once for every batch
+            return self._in_batches([len(ids) for ids in encoded], params.seed, lambda batch: self._generate_batch(
+                [encoded[i] for i in batch], config, lambda **inputs: decode(self.model, **inputs, weights=False)))
 
     def _in_batches(self, sizes: list[int], seed: int, generate_batch) -> list[Completion]:
         """Longest prompts first (less padding per batch), seeded sampling that leaves the caller's RNG
@@ -136,14 +149,14 @@ class TransformersEngine:
             **(sampling if params.temperature > 0 else dict(do_sample=False)),
         )
 
-    def _generate_batch(self, batch_ids: list[list[int]], config) -> list[Completion]:
+    def _generate_batch(self, batch_ids: list[list[int]], config, generate=None) -> list[Completion]:
         import torch
 
         width = max(len(ids) for ids in batch_ids)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch_ids], device=self.model.device)
         mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch_ids], device=self.model.device)
-        out = self.model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config)
+        out = (generate or self.model.generate)(input_ids=input_ids, attention_mask=mask, generation_config=config)
         return [self._completion(row[width:].tolist(), len(ids)) for row, ids in zip(out, batch_ids)]
 
     def _completion(self, new_ids: list[int], prompt_tokens: int) -> Completion:

@@ -1,0 +1,133 @@
+"""posttrain's decoding loop against transformers' `generate` on the same model, batch and settings:
+the same greedy tokens (float32), the same samples for the same seed, the same distribution for
+independent seeds (a chi-square test), and a model left exactly as it was."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from posttrain.generation.decoding import decode, unsupported
+from posttrain.generation.inference_weights import inference_linears
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
+    return model, tokenizer
+
+
+def batch(tokenizer, questions: list[str], copies: int = 1):
+    """Left-padded chat prompts of different lengths, each repeated `copies` times (a GRPO group)."""
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+             for q in questions for _ in range(copies)]
+    tokenizer.padding_side = "left"
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    return enc.input_ids, enc.attention_mask
+
+
+QUESTIONS = ["What is 2 + 3?", "Add 17 and 25, then tell me the result.", "9 * 4 =", "Tom has 12 apples and eats 5. How many are left now?"]
+
+
+def config(tokenizer, **kwargs):
+    from transformers import GenerationConfig
+
+    return GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **kwargs)
+
+
+def with_lora(model):
+    """The model under a LoRA adapter on every linear layer whose B is non-zero (as after training)."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    peft = get_peft_model(copy.deepcopy(model), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0))
+    torch.manual_seed(1)
+    for name, p in peft.named_parameters():
+        if "lora_B" in name:
+            p.data.normal_(0, 0.05)
+    return peft.eval()
+
+
+@pytest.mark.parametrize("adapter", [False, True], ids=["plain", "lora"])
+def test_greedy_tokens_equal_generate(tiny, adapter):
+    model, tokenizer = tiny
+    model = with_lora(model) if adapter else model
+    ids, mask = batch(tokenizer, QUESTIONS, copies=2)
+    cfg = config(tokenizer, max_new_tokens=12, do_sample=False)
+    expected = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
+    got = decode(model, ids, mask, cfg)
+    assert torch.equal(got, expected)
+    # A stop token the model does emit mid-way: rows end there and are padded like generate's.
+    stop = int(expected[0, ids.shape[1] + 3])
+    cfg = config(tokenizer, max_new_tokens=12, do_sample=False)
+    cfg.eos_token_id = [tokenizer.eos_token_id, stop]
+    expected = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
+    assert torch.equal(decode(model, ids, mask, cfg), expected)
+    assert expected.shape[1] > ids.shape[1] + 4 and (expected[0, ids.shape[1] + 4:] == tokenizer.pad_token_id).all()
+
+
+def test_same_seed_same_samples(tiny):
+    """One multinomial draw per step over the whole batch, after transformers' own warpers: with the
+    same seed the samples are generate's (the first token of each group comes from a shared prefill)."""
+    model, tokenizer = tiny
+    ids, mask = batch(tokenizer, QUESTIONS, copies=4)
+    cfg = config(tokenizer, max_new_tokens=10, do_sample=True, temperature=0.8, top_p=0.9, top_k=0)
+    torch.manual_seed(7)
+    expected = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
+    torch.manual_seed(7)
+    assert torch.equal(decode(model, ids, mask, cfg), expected)
+
+
+def test_sampling_distribution_matches_generate(tiny):
+    """Independent draws (different seeds) from both: the joint distribution of the first two sampled
+    tokens (top_k=3, so 9 cells) must agree; a chi-square test of homogeneity, 1,200 draws each."""
+    from scipy.stats import chi2_contingency
+
+    model, tokenizer = tiny
+    ids, mask = batch(tokenizer, QUESTIONS[:1], copies=400)
+    cfg = config(tokenizer, max_new_tokens=2, do_sample=True, temperature=1.0, top_k=3)
+    counts = {}
+    for source, seeds in (("generate", (11, 12, 13)), ("posttrain", (21, 22, 23))):
+        draws = []
+        for seed in seeds:
+            torch.manual_seed(seed)
+            out = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg) if source == "generate" \
+                else decode(model, ids, mask, cfg)
+            draws += [tuple(row) for row in out[:, ids.shape[1]:].tolist()]
+        counts[source] = draws
+    cells = sorted(set(counts["generate"]) | set(counts["posttrain"]))
+    table = [[draws.count(c) for c in cells] for draws in counts.values()]
+    assert len(cells) >= 4  # the test has something to compare
+    assert chi2_contingency(table).pvalue > 0.001
+
+
+def test_settings_it_does_not_implement_name_themselves(tiny):
+    _, tokenizer = tiny
+    assert unsupported(config(tokenizer, max_new_tokens=4, do_sample=True, temperature=0.7, top_p=0.9), {}) is None
+    assert "repetition_penalty=1.2" in unsupported(config(tokenizer, max_new_tokens=4, repetition_penalty=1.2), {})
+    assert "num_beams=2" in unsupported(config(tokenizer, max_new_tokens=4, num_beams=2), {})
+    assert "min_new_tokens=2" in unsupported(config(tokenizer, max_new_tokens=4, min_new_tokens=2), {})
+    assert "pixel_values" in unsupported(config(tokenizer, max_new_tokens=4), {"pixel_values": None})
+    assert unsupported(config(tokenizer), {}) == "no max_new_tokens"
+
+
+def test_inference_weights_leave_the_model_as_it_was(tiny):
+    """Merged and packed copies only: no parameter is written, every forward comes back, and inside
+    the block the model computes the same logits (to float32 rounding)."""
+    model, tokenizer = tiny
+    peft = with_lora(model)
+    before = {name: p.detach().clone() for name, p in peft.named_parameters()}
+    ids, mask = batch(tokenizer, QUESTIONS)
+    with torch.inference_mode():
+        reference = peft(input_ids=ids, attention_mask=mask).logits
+        with inference_linears(peft, rows=len(ids)) as note:
+            inside = peft(input_ids=ids, attention_mask=mask).logits
+    layers = sum(1 for m in model.modules() if type(m) is torch.nn.Linear)
+    assert note.startswith(f"{layers} linear layers ({layers - 1} LoRA merged")  # every linear but lm_head carries LoRA
+    torch.testing.assert_close(inside, reference, rtol=1e-4, atol=1e-4)
+    assert all(torch.equal(p, before[name]) for name, p in peft.named_parameters())
+    assert not any("forward" in m.__dict__ for m in peft.modules())
