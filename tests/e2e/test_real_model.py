@@ -155,3 +155,31 @@ def test_generate_eval_compare(cli, tmp_path, smollm2, sft_adapter):
     assert cmp.returncode == 0, cmp.stdout[-2000:] + cmp.stderr[-2000:]
     report = (tmp_path / "cmp" / "report.md").read_text()
     assert "base" in report and "sft" in report and "McNemar" in report
+
+
+def test_posttrain_decoding_gives_generates_tokens(smollm2):
+    """posttrain's decoding loop (rollouts, eval) on the real model: generate's greedy tokens and,
+    seeded alike, its samples, for chat prompts of different lengths in one left-padded batch, with
+    a group of identical prompts prefilled once. One thread: see tests/generation/test_fast_decode.py."""
+    import torch
+    from transformers import GenerationConfig
+
+    from posttrain.generation.decoding import decode
+    from posttrain.generation.local import load_for_generation
+
+    model, tokenizer, stop_ids, _, _ = load_for_generation(str(smollm2), "cpu", "float32")
+    chats = [[{"role": "user", "content": q}] for q in ("What is 7 + 5?", "Name a prime number larger than 10 and say why.", "Hi")]
+    texts = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in chats + chats[:1] * 2]
+    tokenizer.padding_side = "left"
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for settings in (dict(do_sample=False), dict(do_sample=True, temperature=0.8, top_p=0.95, top_k=0)):
+            config = GenerationConfig(max_new_tokens=10, eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id, **settings)
+            torch.manual_seed(3)
+            expected = model.generate(input_ids=enc.input_ids, attention_mask=enc.attention_mask, generation_config=config)
+            torch.manual_seed(3)
+            assert torch.equal(decode(model, enc.input_ids, enc.attention_mask, config), expected), settings
+    finally:
+        torch.set_num_threads(threads)

@@ -1,6 +1,10 @@
 """posttrain's decoding loop against transformers' `generate` on the same model, batch and settings:
 the same greedy tokens (float32), the same samples for the same seed, the same distribution for
-independent seeds (a chi-square test), and a model left exactly as it was."""
+independent seeds (a chi-square test), and a model left exactly as it was.
+
+Exact comparisons run on one thread: multi-threaded MKL may split a product differently from one
+call to the next when the machine is busy (its dynamic threading), so two runs of `generate` itself
+can differ in the last bits and, rarely, in a sampled token."""
 
 from __future__ import annotations
 
@@ -17,7 +21,10 @@ def tiny(tiny_dir):
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
-    return model, tokenizer
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield model, tokenizer
+    torch.set_num_threads(threads)
 
 
 def batch(tokenizer, questions: list[str], copies: int = 1):

@@ -41,6 +41,11 @@ def error_of(raw, overrides=()) -> str:
         (recipe(training={"max_prompt_length": 256}), (), ["training.max_prompt_length", "data.max_prompt_length"]),
         (recipe(), ["data.datasets[0].name="], ["data.datasets[0].name (from override)", "at least 1 character"]),
         (recipe(), ["model.use_lora=maybe"], ["model.use_lora", "'maybe' (str) is not valid: expected boolean"]),
+        (recipe(training={"algorithm": "grpo", "rewards": [{"name": "answer_match"}], "use_vllm": True, "rollout_engine": "posttrain"}), (),
+         ["training.rollout_engine", "with training.use_vllm=true vLLM generates"]),
+        (recipe(training={"algorithm": "grpo", "rewards": [{"name": "answer_match"}], "rollout_engine": "hf"}), (),
+         ["training.rollout_engine", "'posttrain' or 'transformers'"]),
+        (recipe(training={"rollout_engine": "posttrain"}), (), ["training.rollout_engine", "unknown key"]),
     ],
     ids=lambda v: None,
 )
