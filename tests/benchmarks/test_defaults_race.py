@@ -46,3 +46,30 @@ def check_toy_report(stdout: str, report: dict) -> None:
     for peer in ("trl", "fairl"):
         assert sft[f"posttrain_vs_{peer}"]["real_tokens_per_s"] > 0
     assert 0 < sft["posttrain_fraction_of_matmul_peak"] < 1
+
+
+def test_a_contestant_past_the_limit_is_a_bound_and_the_race_goes_on(repo):
+    """A run past --timeout is stopped (its whole process tree), reported as '> LIMIT', and posttrain's
+    ratios against it are lower bounds; the race does not stop."""
+    sys.path.insert(0, str(repo / "benchmarks"))
+    import defaults_race as race
+
+    stopped = race.run_one([sys.executable, "-c", "import subprocess, sys, time; "
+                            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"],
+                           dict(os.environ), timeout=3)
+    assert stopped["timed_out"] and stopped["wall_s"] == 3
+    row = race.summarise("sft", "trl", stopped, repo)
+    assert row["timed_out"] and row["real_tokens_per_s"] is None
+    posttrain = {"wall_s": 100.0, "train_runtime_s": 80.0, "timed_out": False}
+    bounds = race.lower_bounds("sft", posttrain, 900)
+    assert bounds["bound"] == "lower" and bounds["real_tokens_per_s"] == pytest.approx((900 - 20) / 80)
+    assert race.lower_bounds("grpo", posttrain, 900)["prompts_per_s"] == pytest.approx(11.0)
+    c = {"real_tokens": 1000, "real_tokens_per_s": 12.5, "steps": 5, "wall_s": 100.0, "eval_loss": 1.2, "wall_to_common_eval_loss_s": 90.0,
+         "peak_tree_rss_mb": 900, "main_peak_rss_mb": 800, "timed_out": False}
+    results = {"sft": {"train_rows": 40, "contestants": {"posttrain": c, "trl": {**row, "wall_s": 900.0}, "fairl": c},
+                       "posttrain_vs_trl": race.lower_bounds("sft", {**c, "train_runtime_s": 80.0}, 900),
+                       "posttrain_vs_fairl": {k: 1.0 for k in ("real_tokens_per_s", "wall_s", "cpu_s", "peak_tree_rss_mb",
+                                                               "wall_to_common_eval_loss_s")}}}
+    text = race.table(results)
+    assert "| TRL defaults | - | - | - | > 900 (stopped) |" in text
+    assert "posttrain / TRL (stopped at the limit: bounds): tokens/s >= 11.00x, wall <= 0.11x" in text

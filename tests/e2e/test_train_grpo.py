@@ -92,6 +92,13 @@ def test_report_prints_binned_telemetry_of_two_runs(cli, beta_runs, tmp_path):
     assert "| 3-4 | " in kl_table and kl_table.count(" - |") == 2  # beta0 has no KL at all
     assert "beta0: beta=0.0, no KL term" in text
     assert (tmp_path / "t.png").stat().st_size > 10_000
+    # where each RL step went: generation (with its tokens/s) ... optimizer, one row per run
+    step_table = text.split("## where an RL step goes")[1]
+    speed = json.loads((beta_runs / "default" / "run_summary.json").read_text())["speed"]
+    row = next(line for line in step_table.splitlines() if line.startswith("| default |")).split("|")[2:-1]
+    assert len(row) == 7 and all(cell.strip() not in ("", "-") for cell in row)
+    assert float(row[2]) == pytest.approx(speed["generation_tokens_per_s"], rel=0.01)
+    assert float(row[5]) == pytest.approx(speed["training_s"] - speed["logprobs_s"] - speed["optimizer_s"], rel=0.05, abs=2e-3)
 
 
 def test_http_reward_service_that_fails_first(cli, tmp_path, data_dir):

@@ -31,6 +31,7 @@ CORE_METRICS = [
     ("speed/tokens_per_s", "tokens/s (non-padding)"),
     ("speed/samples_per_s", "samples/s"),
     ("time/generation_s", "generation s/step"),
+    ("speed/generation_tokens_per_s", "generation tokens/s"),
     ("time/scoring_s", "scoring s/step"),
     ("time/training_s", "training s/step"),
     ("speed/mfu", "MFU"),
@@ -123,7 +124,28 @@ def render_health_and_speed(runs: list[RunMetrics]) -> str:
         lines.append(f"| {run.name} | " + " | ".join(cells) + " |")
     lines += ["", "tokens/s: non-padding tokens trained per second of step time; generation/scoring/training: seconds per "
               "step (RL); MFU: training FLOPs (6N per token, 4N + 2N_trainable with LoRA) over the peak.", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + render_rl_step(runs))
+
+
+def render_rl_step(runs: list[RunMetrics]) -> list[str]:
+    """Where an RL step's seconds go, for the finished RL runs: generation (and its tokens/s), scoring,
+    the no-grad log-prob passes (reference model, old policy), the policy's forward + backward, the
+    optimizer. Training time is what is left of the step after generation and scoring."""
+    rows = []
+    for run in runs:
+        speed = (run.summary or {}).get("speed") or {}
+        if speed.get("generation_s") is None:
+            continue
+        parts = [speed.get(k) for k in ("training_s", "logprobs_s", "optimizer_s")]
+        forward_backward = None if None in parts else max(0.0, parts[0] - parts[1] - parts[2])
+        cells = [speed.get("step_s"), speed.get("generation_s"), speed.get("generation_tokens_per_s"), speed.get("scoring_s"),
+                 speed.get("logprobs_s"), forward_backward, speed.get("optimizer_s")]
+        rows.append(f"| {run.name} | " + " | ".join(_cell(c) for c in cells) + " |")
+    if not rows:
+        return []
+    return ["## where an RL step goes (seconds per step, whole run)", "",
+            "| run | step | generation | generation tokens/s | scoring | log-probs (reference, old policy) | policy forward + backward | optimizer |",
+            "|---|---|---|---|---|---|---|---|", *rows, ""]
 
 
 def metric_keys(runs: list[RunMetrics]) -> list[tuple[str, str]]:
