@@ -117,6 +117,7 @@ class FakeProvider:
             return 404, {"error": {"message": f"no route {path}"}}
         if p == "openai":
             ok = body.get("model") == MODEL and "max_tokens" in body and all({"role", "content"} <= set(m) for m in body["messages"])
+            ok = ok and self.tool_turns_are_openais(body)
         elif p == "anthropic":
             ok = body.get("model") == MODEL and isinstance(body.get("max_tokens"), int) and all(m["role"] in ("user", "assistant") for m in body["messages"])
         else:
@@ -127,6 +128,23 @@ class FakeProvider:
         except (KeyError, TypeError, ValueError, AssertionError) as e:
             ok, body = False, f"{body} ({type(e).__name__}: {e})"
         return None if ok else (400, {"error": {"message": f"bad request body {body}"}})
+
+    @staticmethod
+    def tool_turns_are_openais(body: dict) -> bool:
+        """OpenAI's tool-call format: tools as {"type": "function", "function": {...}}; an assistant's calls
+        with ids and JSON-text arguments; each tool result answering the id of a call made before it."""
+        if any(t.get("type") != "function" or "name" not in t.get("function", {}) for t in body.get("tools", [])):
+            return False
+        ids = set()
+        for m in body["messages"]:
+            for call in m.get("tool_calls") or []:
+                if not (call.get("id") and call.get("type") == "function" and isinstance(call["function"].get("arguments"), str)):
+                    return False
+                json.loads(call["function"]["arguments"])
+                ids.add(call["id"])
+            if m["role"] == "tool" and m.get("tool_call_id") not in ids:
+                return False
+        return True
 
     def read_content(self, turn: dict) -> tuple[str, list]:
         """(text, images) of one turn, accepting only this provider's documented part shapes:
@@ -141,6 +159,8 @@ class FakeProvider:
         p = self.provider
         if p != "gemini" and isinstance(turn["content"], str):
             return turn["content"], []
+        if p == "openai" and turn["content"] is None and turn.get("tool_calls"):  # a turn of calls only
+            return "", []
         texts, images = [], []
         for part in turn["parts"] if p == "gemini" else turn["content"]:
             if p == "gemini" and set(part) == {"text"}:
@@ -161,8 +181,21 @@ class FakeProvider:
         return "".join(texts), images
 
     def answer(self, body: dict) -> dict:
-        """Echo the last user text, with usage: prompt tokens = words sent, completion tokens = 7."""
+        """Echo the last user text, with usage: prompt tokens = words sent, completion tokens = 7.
+        OpenAI with tools offered: a question "What is X?" gets a call of the first tool with
+        {"expression": "X"}; a tool result R gets the answer "The answer is R."."""
         p = self.provider
+        if p == "openai" and body.get("tools"):
+            last = body["messages"][-1]
+            usage = {"prompt_tokens": 5, "completion_tokens": 7}
+            if last["role"] == "tool":
+                return {"choices": [{"message": {"role": "assistant", "content": f"The answer is {last['content']}."},
+                                     "finish_reason": "stop"}], "usage": usage}
+            expression = last["content"].removeprefix("What is ").rstrip("?")
+            call = {"id": f"call_{len(self.requests)}", "type": "function",
+                    "function": {"name": body["tools"][0]["function"]["name"], "arguments": json.dumps({"expression": expression})}}
+            return {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [call]}, "finish_reason": "tool_calls"}],
+                    "usage": usage}
         turns = body["contents"] if p == "gemini" else body["messages"]
         last, images = self.read_content(turns[-1])
         system = {"openai": None, "anthropic": body.get("system"), "gemini": (body.get("systemInstruction") or {"parts": [{}]})["parts"][0].get("text")}[p]

@@ -27,6 +27,7 @@ from pathlib import Path
 from posttrain.checkpoints import checkpoint_dirs
 from posttrain.commands.engine_flags import add_engine_arguments, endpoint, engine_options_per_model
 from posttrain.commands.task_recipe import add_recipe_arguments, apply_recipe
+from posttrain.commands.tool_flags import add_tool_arguments, make_toolbox, with_tools
 from posttrain.errors import UserError
 
 ARM_NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -61,6 +62,7 @@ def _shared_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true", help="generate everything afresh (e.g. an API model re-published under the same name)")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw accuracy per arm with CI error bars (needs matplotlib)")
     add_engine_arguments(p)
+    add_tool_arguments(p)
     add_recipe_arguments(p, "evaluation")
 
 
@@ -297,7 +299,8 @@ def _engine_options(arms: list[dict], args) -> dict[str, dict]:
     return engine_options_per_model(args, {arm["spec"]: engine_kind(arm["spec"]) for arm in arms})
 
 
-def _run_arms(arms: list[dict], items: list[dict], params, args, out: Path, options: dict[str, dict]) -> dict[str, list[dict]]:
+def _run_arms(arms: list[dict], items: list[dict], params, args, out: Path, options: dict[str, dict],
+              toolbox=None) -> dict[str, list[dict]]:
     from posttrain.evaluation.runner import LazyEngine, evaluate
     from posttrain.generation.engines import make_engine
 
@@ -305,7 +308,7 @@ def _run_arms(arms: list[dict], items: list[dict], params, args, out: Path, opti
     results = {}
     for arm in arms:
         spec = arm["spec"]
-        engine = LazyEngine(spec, lambda spec=spec: make_engine(spec, **options[spec]))
+        engine = with_tools(LazyEngine(spec, lambda spec=spec: make_engine(spec, **options[spec])), toolbox, args)
         _log(f"{arm['name']}: {spec} on {len(items)} items")
         try:
             results[arm["name"]] = evaluate(arm["name"], engine, items, params, cache_dir, log=_log,
@@ -354,9 +357,14 @@ def cmd_eval(args) -> int:
     options = _engine_options([arm], args)
     _check_plot_possible(args)
     items = _load_items(args)
+    toolbox = make_toolbox(args)  # checked before anything is written
     out = Path(args.out or f"runs/eval-{args.task}")
     out.mkdir(parents=True, exist_ok=True)
-    records = _run_arms([arm], items, params, args, out, options)
+    try:
+        records = _run_arms([arm], items, params, args, out, options, toolbox)
+    finally:
+        if toolbox is not None:
+            toolbox.close()
     _write_jsonl(out / "samples.jsonl", records["model"])
     report = build_report([arm], records, task=args.task, alpha=args.alpha, settings=_settings(params))
     _finish(report, args, out, "summary", out / "samples.jsonl")
@@ -372,10 +380,15 @@ def cmd_compare(args) -> int:
     options = _engine_options(arms, args)
     _check_plot_possible(args)
     items = _load_items(args)
+    toolbox = make_toolbox(args)
     out = Path(args.out or f"runs/compare-{args.task}")
     out.mkdir(parents=True, exist_ok=True)
     _log("arms: " + ", ".join(f"{a['name']}={a['spec']}" for a in arms))
-    records = _run_arms(arms, items, params, args, out, options)
+    try:
+        records = _run_arms(arms, items, params, args, out, options, toolbox)
+    finally:
+        if toolbox is not None:
+            toolbox.close()
     for name, rows in records.items():
         _write_jsonl(out / "samples" / f"{name}.jsonl", rows)
     report = build_report(arms, records, task=args.task, alpha=args.alpha, settings=_settings(params), steps=steps)

@@ -22,8 +22,10 @@ import argparse
 
 from posttrain.commands.engine_flags import add_engine_arguments, engine_options_per_model
 from posttrain.commands.task_recipe import add_recipe_arguments, apply_recipe
+from posttrain.commands.tool_flags import add_tool_arguments, make_toolbox, with_tools
 
 OUTPUT_FIELDS = ["model", "index", "prompt", "completion", "prompt_tokens", "completion_tokens", "finish_reason", "error", "params"]
+TOOL_OUTPUT_FIELDS = ["turns", "tools", "environment_reward"]  # with --tools/--environment: every call and result
 PROMPT_COLUMNS = ("prompt", "messages")  # tried in this order when --prompt-column is not given
 
 EPILOG = """\
@@ -62,6 +64,7 @@ def add_parser(subparsers) -> None:
     s.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
 
     add_engine_arguments(p)
+    add_tool_arguments(p)
 
     p.add_argument("--out", metavar="FILE.jsonl", help="output file (default: generations.jsonl)")
     p.add_argument("--csv", action="store_true", help="also write the rows as CSV beside --out (same name, .csv)")
@@ -95,15 +98,19 @@ def run(args) -> int:
     if args.csv and out.suffix == ".csv":
         raise UserError(f"--out {args.out}: with --csv the CSV goes beside the JSONL output; give --out a .jsonl name")
     csv_path = out.with_suffix(".csv") if args.csv else None
+    toolbox = make_toolbox(args)
+    fields = OUTPUT_FIELDS + (TOOL_OUTPUT_FIELDS if toolbox is not None else [])
     with contextlib.ExitStack() as files:
+        if toolbox is not None:
+            files.callback(toolbox.close)
         jsonl = csv_file = writer = None
         for spec in args.model:
-            engine = make_engine(spec, **options[spec])
+            engine = with_tools(make_engine(spec, **options[spec]), toolbox, args)
             if jsonl is None:  # opened once the first model has loaded: a bad model spec writes nothing
                 out.parent.mkdir(parents=True, exist_ok=True)
                 jsonl = files.enter_context(out.open("w"))
                 csv_file = files.enter_context(csv_path.open("w", newline="")) if csv_path else None
-                writer = csv.DictWriter(csv_file, OUTPUT_FIELDS) if csv_file else None
+                writer = csv.DictWriter(csv_file, fields) if csv_file else None
                 if writer:
                     writer.writeheader()
             for note in getattr(engine, "notes", []):
@@ -112,7 +119,7 @@ def run(args) -> int:
             completions = engine.generate(prompts, params)
             seconds = time.perf_counter() - start
             for i, (prompt, completion) in enumerate(zip(prompts, completions)):
-                row = output_row(engine.name, i, prompt, completion, params)
+                row = output_row(engine.name, i, prompt, completion, params, tools=toolbox is not None)
                 jsonl.write(json.dumps(row, ensure_ascii=False) + "\n")
                 if writer:
                     writer.writerow({k: json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v for k, v in row.items()})
@@ -230,12 +237,15 @@ def is_prompt(value) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(m, dict) and "role" in m and "content" in m for m in value)
 
 
-def output_row(model: str, index: int, prompt, completion, params) -> dict:
-    return {
+def output_row(model: str, index: int, prompt, completion, params, tools: bool = False) -> dict:
+    row = {
         "model": model, "index": index, "prompt": prompt, "completion": completion.text,
         "prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens,
         "finish_reason": completion.finish_reason, "error": completion.error, "params": params.to_dict(),
     }
+    if tools:  # every assistant turn, call and result after the prompt; the counts; an environment's reward
+        row.update({k: completion.extra.get(k) for k in TOOL_OUTPUT_FIELDS})
+    return row
 
 
 def summary_line(model: str, completions, seconds: float) -> str:

@@ -68,6 +68,12 @@ def summarize_arm(arm: dict, records: list[dict], alpha: float = 0.05) -> dict:
     row["truncated"] = sum(r["finish_reason"] == "length" for r in records)
     row["errors"] = sum(r["finish_reason"] == "error" for r in records)
     row["cached"] = sum(bool(r.get("cached")) for r in records)
+    counts = [r["tools"] for r in records if isinstance(r.get("tools"), dict)]
+    if counts:  # generated with tools (posttrain.generation.tool_loop)
+        row["tool_use"] = {"rate": sum(c.get("calls", 0) > 0 for c in counts) / len(counts),
+                           "calls": sum(c.get("calls", 0) for c in counts), "errors": sum(c.get("errors", 0) for c in counts),
+                           "timeouts": sum(c.get("timeouts", 0) for c in counts), "cut_off": sum(bool(c.get("cut_off")) for c in counts),
+                           "turns_mean": fmean(1 + c.get("rounds", 0) for c in counts)}
     return row
 
 
@@ -200,6 +206,14 @@ def render_markdown(report: dict) -> str:
     parts += ["strict: the single <answer> block equals gold (what the GRPO answer_match reward pays for); "
               "loose: the last number (mmlu: choice letter) anywhere equals gold, format ignored. "
               "format: mean format_score in [0, 1].", ""]
+    tool_rows = [r for r in report["arms"] if r.get("tool_use")]
+    if tool_rows:
+        parts += ["## tool use", ""]
+        parts += [_table(["arm", "items calling a tool", "calls", "failed calls", "timeouts", "turns per item", "cut off at the turn limit"], [
+            [r["arm"], f"{_pct(t['rate'])} ({round(t['rate'] * r['n'])}/{r['n']})", t["calls"],
+             f"{t['errors']} ({_pct(t['errors'] / t['calls']) if t['calls'] else '-'})", t["timeouts"], f"{t['turns_mean']:.2f}",
+             t["cut_off"]] for r in tool_rows for t in [r["tool_use"]]]), ""]
+        parts += ["Every call and result is in the samples (`turns`); failed calls reached the model as the tool's error.", ""]
     for group, rows in report["steps"].items():
         by_arm = {r["arm"]: r for r in report["arms"]}
         parts += [f"### accuracy over training steps: {group}", ""]

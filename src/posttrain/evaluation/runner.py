@@ -37,6 +37,7 @@ from posttrain.generation.base import Completion, Engine, SamplingParams, with_l
 __all__ = ["GenerationCache", "LazyEngine", "evaluate", "item_key", "model_identity"]
 
 CACHE_VERSION = 1  # bump when the cached line format or the key material changes
+TOOL_FIELDS = ("turns", "tools", "environment_reward")  # what a generation with tools keeps beside its text
 
 # Files that decide what a local model generates. Training state (optimizer, scheduler, trainer
 # state) does not, and checkpoint-N subfolders are other models: neither is part of the identity.
@@ -90,11 +91,14 @@ def item_key(item: dict) -> str:
 class GenerationCache:
     """The cached generations of one (engine, model identity, sampling params) in one JSONL file."""
 
-    def __init__(self, cache_dir: str | Path, engine_name: str, params: SamplingParams, endpoint: str | None = None):
+    def __init__(self, cache_dir: str | Path, engine_name: str, params: SamplingParams, endpoint: str | None = None,
+                 tools: dict | None = None):
         material = {"version": CACHE_VERSION, "engine": engine_name, "identity": model_identity(engine_name),
                     "params": params.to_dict()}
         if endpoint is not None:  # API models only, so local models keep their existing cache files
             material["endpoint"] = endpoint
+        if tools is not None:  # generations with tools (posttrain.generation.tool_loop): their specs, schemas and files
+            material["tools"] = tools
         self.path = Path(cache_dir) / f"{_sha(material)[:32]}.jsonl"
         self.material = material
 
@@ -111,7 +115,8 @@ class GenerationCache:
             if "key" in row:
                 found[row["key"]] = Completion(text=row["text"], prompt_tokens=row.get("prompt_tokens"),
                                                completion_tokens=row.get("completion_tokens"),
-                                               finish_reason=row.get("finish_reason"))
+                                               finish_reason=row.get("finish_reason"),
+                                               extra={k: row[k] for k in TOOL_FIELDS if k in row})
         return found
 
     def append(self, entries: list[tuple[str, str, Completion]]) -> None:
@@ -119,8 +124,9 @@ class GenerationCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         lines = [] if self.path.is_file() else [json.dumps({"cache": self.material})]
         lines += [json.dumps({"key": key, "id": item_id, "text": c.text, "prompt_tokens": c.prompt_tokens,
-                              "completion_tokens": c.completion_tokens, "finish_reason": c.finish_reason},
-                             ensure_ascii=False) for key, item_id, c in entries]
+                              "completion_tokens": c.completion_tokens, "finish_reason": c.finish_reason,
+                              **{k: c.extra[k] for k in TOOL_FIELDS if k in c.extra}},
+                             ensure_ascii=False, default=str) for key, item_id, c in entries]
         with self.path.open("a", encoding="utf-8") as f:
             f.write("".join(line + "\n" for line in lines))
 
@@ -138,10 +144,10 @@ class LazyEngine:
     def loaded(self) -> bool:
         return self._engine is not None
 
-    def generate(self, prompts, params: SamplingParams) -> list[Completion]:
+    def generate(self, prompts, params: SamplingParams, **kwargs) -> list[Completion]:
         if self._engine is None:
             self._engine = self._build()
-        return self._engine.generate(prompts, params)
+        return self._engine.generate(prompts, params, **kwargs)
 
     def close(self) -> None:
         if self._engine is None:
@@ -162,7 +168,8 @@ def evaluate(arm_name: str, engine: Engine, task_items: list[dict], params: Samp
     the rest are generated ``chunk_size`` at a time and appended to the cache after each chunk.
     ``cache_dir=None`` disables the cache. ``endpoint``: the API root an API model answers from.
     """
-    cache = GenerationCache(cache_dir, engine.name, params, endpoint) if cache_dir is not None else None
+    tools = engine.identity() if hasattr(engine, "identity") else None
+    cache = GenerationCache(cache_dir, engine.name, params, endpoint, tools) if cache_dir is not None else None
     cached = cache.load() if cache else {}
     keys = [item_key(item) for item in task_items]
     todo = [i for i, key in enumerate(keys) if key not in cached]
@@ -171,7 +178,8 @@ def evaluate(arm_name: str, engine: Engine, task_items: list[dict], params: Samp
         log(f"{arm_name}: {len(task_items) - len(todo)}/{len(task_items)} generations from the cache {cache.path}")
     for start in range(0, len(todo), chunk_size):
         chunk = todo[start:start + chunk_size]
-        completions = engine.generate([with_loaded_images(task_items[i]["prompt"]) for i in chunk], params)
+        rows = {"rows": [task_items[i] for i in chunk]} if getattr(engine, "takes_rows", False) else {}
+        completions = engine.generate([with_loaded_images(task_items[i]["prompt"]) for i in chunk], params, **rows)
         if len(completions) != len(chunk):
             raise RuntimeError(f"engine {engine.name!r} returned {len(completions)} completions for {len(chunk)} prompts")
         fresh.update((keys[i], c) for i, c in zip(chunk, completions))

@@ -116,4 +116,6 @@ def score_completion(item: dict, arm: str, completion: Any, *, cached: bool = Fa
         "finish_reason": "error" if completion.error else completion.finish_reason,
         "error": completion.error,
         "cached": cached,
+        # with tools: every turn after the prompt (calls and results), the counts, an environment's reward
+        **{k: completion.extra[k] for k in ("turns", "tools", "environment_reward") if k in (completion.extra or {})},
     }

@@ -145,16 +145,21 @@ class HTTPEngine:
             return answer_text[:500]
 
     # -- shared machinery -------------------------------------------------------------------------
-    def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
+    supports_tools = False  # OpenAI's tool-call format only, for now
+
+    def generate(self, prompts: list[Prompt], params: SamplingParams, tools: list[dict] | None = None) -> list[Completion]:
         from tqdm.auto import tqdm
 
         check_params(params)
+        if tools and not self.supports_tools:
+            raise UserError(f"{self.name}: tools are offered through OpenAI's tool-call format only (openai:MODEL, also for any "
+                            f"OpenAI-compatible server with --base-url); {self.provider} tool calls are not supported yet")
         results: list[Completion | None] = [None] * len(prompts)
         bar = tqdm(total=len(prompts), desc=f"generate {self.name}", unit="req", disable=not self.progress)
         lock = threading.Lock()
 
         def one(i: int) -> None:
-            results[i] = self._complete(prompts[i], params)
+            results[i] = self._complete(prompts[i], params, tools)
             with lock:
                 bar.update(1)
 
@@ -170,17 +175,17 @@ class HTTPEngine:
             bar.close()
         return results
 
-    def _complete(self, prompt: Prompt, params: SamplingParams) -> Completion:
+    def _complete(self, prompt: Prompt, params: SamplingParams, tools: list[dict] | None = None) -> Completion:
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
         try:
-            return self._send_with_retries(messages, params)
+            return self._send_with_retries(messages, params, tools)
         except RequestFailed as e:
             if self.on_error == "fail" or e.fatal:
                 raise UserError(str(e)) from None
             return Completion(text="", finish_reason="error", error=str(e))
 
-    def _send_with_retries(self, messages: list[dict], params: SamplingParams) -> Completion:
-        url, headers, body = self.request(messages, params)
+    def _send_with_retries(self, messages: list[dict], params: SamplingParams, tools: list[dict] | None = None) -> Completion:
+        url, headers, body = self.request(messages, params, tools) if tools else self.request(messages, params)
         attempts = [0]
 
         def note(n: int) -> None:
@@ -328,13 +333,17 @@ class OpenAIEngine(HTTPEngine):
         official = self.base_url == self.default_base_url
         self.max_tokens_field = max_tokens_field or ("max_completion_tokens" if official else "max_tokens")
 
-    def request(self, messages, params):
+    supports_tools = True
+
+    def request(self, messages, params, tools=None):
         headers = {"authorization": f"Bearer {self.key.reveal()}"} if self.key.reveal() else {}
         if has_images(messages):  # image parts become data-URI image_url parts; text parts stay as they are
             messages = [{**m, "content": content_parts(m["content"], lambda t: {"type": "text", "text": t}, lambda mime, data: {
                 "type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}})} for m in messages]
-        body = {"model": self.model, "messages": messages, self.max_tokens_field: params.max_new_tokens,
+        body = {"model": self.model, "messages": openai_tool_turns(messages), self.max_tokens_field: params.max_new_tokens,
                 "temperature": params.temperature, "seed": params.seed, "n": 1}
+        if tools:
+            body["tools"] = tools  # posttrain's schemas are already OpenAI's {"type": "function", "function": {...}}
         if params.top_p != 1.0:
             body["top_p"] = params.top_p
         return f"{self.base_url}/chat/completions", headers, body
@@ -342,12 +351,45 @@ class OpenAIEngine(HTTPEngine):
     def parse(self, answer):
         choice = answer["choices"][0]
         usage = answer.get("usage") or {}
+        calls = choice["message"].get("tool_calls") or None
         return Completion(
             text=choice["message"].get("content") or "",
             prompt_tokens=usage.get("prompt_tokens"),
             completion_tokens=usage.get("completion_tokens"),
-            finish_reason=normalized_finish(choice.get("finish_reason"), {"length"}, {"stop"}),
+            finish_reason=normalized_finish(choice.get("finish_reason"), {"length"}, {"stop", "tool_calls"}),
+            tool_calls=[{"id": c.get("id"), "type": "function", "function": {"name": c["function"]["name"],
+                                                                             "arguments": json_arguments(c["function"].get("arguments"))}}
+                        for c in calls] if calls else None,
         )
+
+
+def json_arguments(text):
+    """OpenAI sends a call's arguments as JSON text: a dict when it is a JSON object, else the text as
+    written (the tool loop then answers that the arguments are not valid)."""
+    if not isinstance(text, str):
+        return text if text is not None else {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, dict) else text
+
+
+def openai_tool_turns(messages: list[dict]) -> list[dict]:
+    """posttrain's tool turns in OpenAI's form: an assistant's calls with ids and JSON-text arguments,
+    tool results answering a `tool_call_id` (the loop keeps the ids the API gave)."""
+    out = []
+    for m in messages:
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            calls = [{"id": c.get("id") or f"call_{k}", "type": "function",
+                      "function": {"name": c["function"]["name"], "arguments": a if isinstance(a := c["function"].get("arguments"), str)
+                                   else json.dumps(a if a is not None else {})}} for k, c in enumerate(m["tool_calls"])]
+            out.append({"role": "assistant", "content": m.get("content") or None, "tool_calls": calls})
+        elif m.get("role") == "tool":
+            out.append({"role": "tool", "tool_call_id": m.get("tool_call_id"), "content": m.get("content", "")})
+        else:
+            out.append(m)
+    return out
 
 
 class AnthropicEngine(HTTPEngine):

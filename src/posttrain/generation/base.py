@@ -3,6 +3,8 @@
 An engine turns a list of prompts into one `Completion` per prompt, in the same order. Prompts are
 either plain strings or chat messages ([{"role": ..., "content": ...}]); local engines apply the
 model's chat template to chats (with the generation prompt), API engines send chats as they are.
+Chats may hold tool turns: an assistant message with `tool_calls` and `tool` messages with the
+results (`name`, `tool_call_id`, `content`), the form TRL trains on and OpenAI's API takes.
 """
 
 from __future__ import annotations
@@ -34,12 +36,18 @@ class Completion:
     finish_reason: str | None = None  # "stop", "length", "error"
     error: str | None = None  # set when the request failed and the failure policy let the run continue
     extra: dict = field(default_factory=dict)
+    # with tools offered: the calls this turn makes, [{"id", "type": "function", "function": {"name", "arguments"}}]
+    # (arguments a dict, or the model's text when it is not a JSON object); None when it makes none
+    tool_calls: list | None = None
 
 
 class Engine(Protocol):
     name: str  # the model as the user named it, for outputs and reports
 
-    def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]: ...
+    def generate(self, prompts: list[Prompt], params: SamplingParams, tools: list[dict] | None = None) -> list[Completion]:
+        """One Completion per prompt; with `tools` (JSON schemas, OpenAI's form) the model may call them:
+        the calls come back in Completion.tool_calls (`posttrain.generation.tool_loop` runs them)."""
+        ...
 
 
 def has_images(prompt: Prompt) -> bool:

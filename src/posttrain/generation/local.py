@@ -72,31 +72,50 @@ class TransformersEngine:
     def __repr__(self) -> str:
         return f"TransformersEngine({self.name!r}, batch_size={self.batch_size})"
 
-    def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
+    def generate(self, prompts: list[Prompt], params: SamplingParams, tools: list[dict] | None = None) -> list[Completion]:
         """One Completion per prompt, in the order given. Sampling is seeded with params.seed
         (without disturbing the caller's RNG), so the same prompts, params and batch size give the
-        same samples."""
+        same samples. With `tools` (JSON schemas) the chat template renders them and each
+        completion's tool calls are read back as TRL's GRPO reads them (Completion.tool_calls)."""
         check_params(params)
         if self.processor is not None:
+            if tools:
+                raise UserError(f"{self.name!r}: tools with a vision-language model are not supported by posttrain yet")
             return self._generate_with_processor(prompts, params)
         with_images = [i for i, p in enumerate(prompts) if has_images(p)]
         if with_images:
             raise UserError(f"prompt(s) {with_images[:10]} have images but {self.name!r} is a text-only model; "
                             "use a vision-language model (one AutoModelForImageTextToText loads)")
-        encoded = [encode_prompt(self.tokenizer, p, self.use_chat_template) for p in prompts]
+        if tools:
+            self._check_tools(tools)
+        encoded = [encode_prompt(self.tokenizer, p, self.use_chat_template, tools) for p in prompts]
         empty = [i for i, ids in enumerate(encoded) if not ids]
         if empty:
             raise UserError(f"prompt(s) {empty[:10]} are empty after tokenization (no chat template around them); give non-empty text")
         config = self._generation_config(params)
         if self.decoder == "transformers":
             return self._in_batches([len(ids) for ids in encoded], params.seed,
-                                    lambda batch: self._generate_batch([encoded[i] for i in batch], config))
+                                    lambda batch: self._generate_batch([encoded[i] for i in batch], config, tools=tools))
         from posttrain.generation.decoding import decode
         from posttrain.generation.inference_weights import inference_linears
 
         with inference_linears(self.model, rows=min(self.batch_size, len(encoded))):  # packed once for every batch
             return self._in_batches([len(ids) for ids in encoded], params.seed, lambda batch: self._generate_batch(
-                [encoded[i] for i in batch], config, lambda **inputs: decode(self.model, **inputs, weights=False)))
+                [encoded[i] for i in batch], config, lambda **inputs: decode(self.model, **inputs, weights=False), tools))
+
+    def _check_tools(self, tools: list[dict]) -> None:
+        """Once per tool set: the template renders tools and a parser reads calls back (as at training start-up)."""
+        import json
+
+        key = json.dumps(tools, sort_keys=True)
+        if getattr(self, "_tools_checked", None) == key:
+            return
+        if not self.use_chat_template:
+            raise UserError(f"{self.name!r}: tools need the chat template (it renders them); drop --no-chat-template")
+        from posttrain.data.tool_template import check_tool_template
+
+        self.notes += check_tool_template(self.tokenizer, self.name, tools)
+        self._tools_checked = key
 
     def _in_batches(self, sizes: list[int], seed: int, generate_batch) -> list[Completion]:
         """Longest prompts first (less padding per batch), seeded sampling that leaves the caller's RNG
@@ -149,7 +168,7 @@ class TransformersEngine:
             **(sampling if params.temperature > 0 else dict(do_sample=False)),
         )
 
-    def _generate_batch(self, batch_ids: list[list[int]], config, generate=None) -> list[Completion]:
+    def _generate_batch(self, batch_ids: list[list[int]], config, generate=None, tools: list[dict] | None = None) -> list[Completion]:
         import torch
 
         width = max(len(ids) for ids in batch_ids)
@@ -157,25 +176,39 @@ class TransformersEngine:
         input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch_ids], device=self.model.device)
         mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch_ids], device=self.model.device)
         out = (generate or self.model.generate)(input_ids=input_ids, attention_mask=mask, generation_config=config)
-        return [self._completion(row[width:].tolist(), len(ids)) for row, ids in zip(out, batch_ids)]
+        return [self._completion(row[width:].tolist(), len(ids), tools, ids) for row, ids in zip(out, batch_ids)]
 
-    def _completion(self, new_ids: list[int], prompt_tokens: int) -> Completion:
+    def _completion(self, new_ids: list[int], prompt_tokens: int, tools: list[dict] | None = None,
+                    prompt_ids: list[int] | None = None) -> Completion:
         """Cut at the first stop token (a finished row is padded to the batch's length after it).
-        The stop token counts as generated, as providers count it, but is not part of the text."""
+        The stop token counts as generated, as providers count it, but is not part of the text.
+        With tools, the turn is parsed by TRL's `parse_response` (what GRPO trains with): the calls
+        go to `tool_calls`, the text around them stays the text."""
         stop = next((k for k, t in enumerate(new_ids) if t in self.stop_token_ids), None)
         kept = new_ids if stop is None else new_ids[:stop]
-        return Completion(
+        completion = Completion(
             text=self.tokenizer.decode(kept, skip_special_tokens=True),
             prompt_tokens=prompt_tokens,
             completion_tokens=len(new_ids) if stop is None else stop + 1,
             finish_reason="length" if stop is None else "stop",
         )
+        if tools:
+            from trl.chat_template_utils import parse_response
+
+            parsed = parse_response(self.tokenizer, new_ids if stop is None else new_ids[: stop + 1], prefix=prompt_ids, tools=tools)
+            calls = parsed.get("tool_calls") or None
+            if calls:
+                completion.text = parsed.get("content") or ""
+                completion.tool_calls = [{"id": f"call_{k}", "type": "function", "function": dict(call.get("function", call))}
+                                         for k, call in enumerate(calls)]
+        return completion
 
 
-def encode_prompt(tokenizer, prompt: Prompt, use_chat_template: bool) -> list[int]:
+def encode_prompt(tokenizer, prompt: Prompt, use_chat_template: bool, tools: list[dict] | None = None) -> list[int]:
     """Token ids for one prompt. Chats are rendered with the chat template and the generation
-    prompt; the rendered text already holds any bos the template wants, so no special tokens are
-    added again. Raw strings get the tokenizer's usual special tokens (e.g. Llama's bos)."""
+    prompt (and the tools offered, if any); the rendered text already holds any bos the template
+    wants, so no special tokens are added again. Raw strings get the tokenizer's usual special
+    tokens (e.g. Llama's bos)."""
     has_template = bool(getattr(tokenizer, "chat_template", None))
     if isinstance(prompt, str) and not (use_chat_template and has_template):
         return tokenizer(prompt, add_special_tokens=True)["input_ids"]
@@ -185,7 +218,7 @@ def encode_prompt(tokenizer, prompt: Prompt, use_chat_template: bool) -> list[in
             f"a chat prompt was given but the tokenizer of {tokenizer.name_or_path!r} has no chat template; "
             "give plain-string prompts or a model whose tokenizer defines chat_template"
         )
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False, add_generation_prompt=True)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 

@@ -67,10 +67,14 @@ class VLLMEngine:
     def __repr__(self) -> str:
         return f"VLLMEngine({self.name.partition(':')[2]!r})"
 
-    def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
+    def generate(self, prompts: list[Prompt], params: SamplingParams, tools: list[dict] | None = None) -> list[Completion]:
         from vllm import SamplingParams as VSamplingParams
 
         check_params(params)
+        if tools:
+            raise UserError(f"{self.name}: tools with the vLLM engine are not supported by posttrain yet; evaluate with the "
+                            "transformers engine (the model's folder without vllm:), or serve it (posttrain vllm-serve) and use "
+                            "openai:MODEL --base-url")
         encoded = [{"prompt_token_ids": encode_prompt(self.tokenizer, p, self.use_chat_template)} for p in prompts]
         sampling = VSamplingParams(
             max_tokens=params.max_new_tokens,

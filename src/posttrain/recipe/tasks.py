@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, StrictBool, StrictInt, ValidationError, model_validator
 
@@ -45,6 +45,12 @@ class Generation(Section):
     retries: StrictInt | None = Field(None, ge=0, description="API models: retries on 429/5xx/connection errors (--retries).")
     on_error: Literal["fail", "continue"] | None = Field(None, description="API models: stop at a failed request or record it and go on (--on-error).")
     progress: StrictBool | None = Field(None, description="false: no progress bars (--no-progress).")
+    # tools (posttrain.commands.tool_flags): the model may call them while it answers, as GRPO with training.tools
+    tools: list[str] | None = Field(None, description="Functions the model may call, 'package.module:function' (--tools, repeated).")
+    environment: str | None = Field(None, description="A class whose public methods are tools, one instance per item (--environment).")
+    environment_kwargs: dict[str, Any] | None = Field(None, description="Keyword arguments for the environment's constructor (--environment-kwargs).")
+    max_tool_turns: StrictInt | None = Field(None, ge=0, description="Turns of tool calls per item at most (--max-tool-turns; default 5).")
+    tool_timeout: float | None = Field(None, gt=0, description="Seconds one tool call may run (--tool-timeout; default 10).")
 
 
 class InferenceSection(Generation):

@@ -56,7 +56,7 @@ class ToolError(Exception):
 @dataclass
 class ToolSettings:
     timeout: float = 10.0  # seconds per call
-    max_result_chars: int = 10_000  # longer results are cut (and counted)
+    max_result_chars: int = 4000  # longer results are cut (and counted); training.tool_result_max_chars
     startup_timeout: float = STARTUP_TIMEOUT
 
 
@@ -239,6 +239,21 @@ class Toolbox:
             out += [get_json_schema(method) for name, method in inspect.getmembers(self._proxy_class, inspect.isfunction)
                     if not name.startswith("_") and name not in ("reset", "get_reward")]
         return out
+
+    def identity(self) -> dict:
+        """What the tools' answers depend on, for caching generations made with them: the specs, the
+        schemas, the settings and the source files (name, size, modification time) of their modules."""
+        files = set()
+        for obj in [fn for _, fn in self._functions] + ([self._environment_class] if self._environment_class else []):
+            try:
+                path = inspect.getsourcefile(obj)
+            except TypeError:
+                path = None
+            if path and os.path.isfile(path):
+                files.add((path, os.path.getsize(path), os.stat(path).st_mtime_ns))
+        return {"tools": self.tool_specs, "environment": self.environment_spec, "environment_kwargs": self.environment_kwargs,
+                "schemas": self.schemas(), "timeout": self.settings.timeout, "max_result_chars": self.settings.max_result_chars,
+                "files": sorted(files)}
 
     def call_tool(self, spec: str, name: str, kwargs: dict) -> str:
         self.stats.add(calls=1)
