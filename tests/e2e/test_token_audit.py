@@ -40,8 +40,14 @@ def test_rows_without_labels_are_dropped_counted_per_dataset(cli, tmp_path, data
     mixed = write(tmp_path / "mixed.jsonl", good[:10] + [{"prompt": LONG + str(i), "completion": " 4"} for i in range(3)])
     clean = write(tmp_path / "clean.jsonl", good[10:])
     out = tmp_path / "run"
-    result = cli("train", "--recipe", "recipes/sft/tiny-cpu.yaml", f"training.output_dir={out}", "training.max_steps=2",
-                 "training.max_length=64", f"data.datasets[0].name={mixed}", f"data.datasets[1].name={clean}")
+    args = ["train", "--recipe", "recipes/sft/tiny-cpu.yaml", f"training.output_dir={out}", "training.max_steps=2",
+            "training.max_length=64", f"data.datasets[0].name={mixed}", f"data.datasets[1].name={clean}"]
+    refused = cli(*args)  # 3 of 13 rows lost is more than data.max_drop_fraction's default 0.1
+    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert (f"data.datasets[0] ({mixed}) lost 23.1% of its rows: 3 of 13 remaining rows without a label token"
+            in refused.stderr), refused.stderr
+    assert "data.datasets[1]" not in refused.stderr.split("data.max_drop_fraction=0.1")[1] and not out.exists()
+    result = cli(*args, "data.max_drop_fraction=0.25")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith("token audit")]
     assert len(lines) == 2, result.stdout
@@ -89,7 +95,7 @@ def test_dpo_pairs_whose_prompt_fills_max_length_are_counted(cli, tmp_path):
     out = tmp_path / "run"
     result = cli("train", "--recipe", "recipes/dpo/tiny-cpu.yaml", f"training.output_dir={out}", "training.max_steps=2",
                  "training.max_length=64", f"data.datasets[0].name={data}", "data.eval_fraction=null", "training.eval_strategy=no",
-                 "training.eval_steps=null")
+                 "training.eval_steps=null", "data.max_drop_fraction=0.3")  # 4 of 16 lost: over the default 0.1
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     line = next(line for line in result.stdout.splitlines() if line.startswith("token audit"))
     assert line.startswith("token audit data.datasets[0] (train): 16 pairs; label tokens per pair min ")

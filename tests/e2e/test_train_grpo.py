@@ -73,7 +73,8 @@ def test_grpo_keeps_trl_clipping_and_gspo_gets_its_preset(cli, tmp_path, beta_ru
 
 def test_user_reward_sees_columns_and_long_prompts_are_dropped(cli, tmp_path, data_dir):
     log = tmp_path / "calls.jsonl"
-    result = grpo(cli, tmp_path / "run", "training.max_steps=1", "data.max_prompt_length=168", env={"REWARD_LOG": str(log)}, data_dir=data_dir)
+    result = grpo(cli, tmp_path / "run", "training.max_steps=1", "data.max_prompt_length=168", "data.max_drop_fraction=1",
+                  env={"REWARD_LOG": str(log)}, data_dir=data_dir)
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert calls and "prompts" in calls[0]["keys"] and "trainer_state" in calls[0]["keys"]
     golds = {json.loads(line)["answer"].split("####")[1].strip() for line in (data_dir / "problems.jsonl").read_text().splitlines()}

@@ -113,18 +113,28 @@ def prepare_data(recipe, seed: int):
     return train, evaluation, fmt, reports
 
 
-def fit_prompts(recipe, tokenizer, datasets_: list, tools: list | None = None):
+def fit_prompts(recipe, tokenizer, datasets_: list, tools: list | None = None, drops=None):
     """Enforce data.max_prompt_length (GRPO/GSPO/DPO) now that the tokenizer is loaded (counting the
-    tool schemas the chat template renders into each prompt, when there are tools)."""
+    tool schemas the chat template renders into each prompt, when there are tools); dropped prompts
+    go into `drops` (a DropLedger), against their dataset when the split has one."""
     from posttrain.data.prompts import enforce_prompt_length
 
-    out = []
-    for ds in datasets_:
-        if ds is not None and "prompt" in ds.column_names and recipe.data.max_prompt_length is not None:
-            ds, note = enforce_prompt_length(ds, tokenizer, recipe.data.max_prompt_length, recipe.data.prompt_truncation, tools=tools)
+    data, out = recipe.data, []
+    for split, ds in zip(("train", "eval"), datasets_):
+        if ds is not None and "prompt" in ds.column_names and data.max_prompt_length is not None:
+            before = len(ds)
+            ds, note = enforce_prompt_length(ds, tokenizer, data.max_prompt_length, data.prompt_truncation, tools=tools)
             log(note)
+            if drops is not None:
+                drops.add_stage(split_key(data, split), f"over data.max_prompt_length={data.max_prompt_length}", before, before - len(ds))
         out.append(ds)
     return out
+
+
+def split_key(data, split: str) -> str:
+    """The dataset a split's rows come from ('data.datasets[0]'), or the section when it mixes several."""
+    specs, section = (data.eval_datasets, "data.eval_datasets") if split == "eval" and data.eval_datasets else (data.datasets, "data.datasets")
+    return f"{section}[0]" if len(specs) == 1 else f"{section} (mixed)"
 
 
 def audit_prompts(train_dataset, eval_dataset, tokenizer, trl_config, tools: list | None = None) -> list:
@@ -213,8 +223,13 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
 
         require_vision_language(recipe.model, "the data has image or video columns")
     train_dataset, eval_dataset, data_format, reports = prepare_data(recipe, seed)
+    from posttrain.data.drops import DropLedger
+
+    drops = DropLedger(recipe.data.max_drop_fraction)
     for report in reports:
         log(report.render())
+        drops.add_report(report)
+    drops.check()  # before the model loads
     if eval_dataset is not None:
         log(f"evaluation data: {len(eval_dataset)} rows" + (f" (held out: data.eval_fraction={recipe.data.eval_fraction})" if recipe.data.eval_fraction else ""))
 
@@ -250,7 +265,7 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
 
     toolbox = prepare_tools(recipe, loaded, log)  # chat_template_path, tools in workers, the template check
     schemas = toolbox.schemas() if toolbox is not None else None
-    train_dataset, eval_dataset = fit_prompts(recipe, loaded.tokenizer, [train_dataset, eval_dataset], schemas)
+    train_dataset, eval_dataset = fit_prompts(recipe, loaded.tokenizer, [train_dataset, eval_dataset], schemas, drops)
     prompt_audits = audit_prompts(train_dataset, eval_dataset, loaded.tokenizer, trl_config, schemas) if data_format == "prompt" and not recipe.uses_images else []
 
     monitor = make_monitor(recipe, loaded, trl_config)
@@ -268,6 +283,8 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     trainer = TRAINERS[training.algorithm](run)  # user rewards import here: a failure leaves output_dir as it was
     for audit in run.token_audits:
         log(audit.render())
+    drops.add_audits(run.token_audits)
+    drops.check()  # the trainer is built, nothing has trained
     if training.algorithm in ("sft", "dpo") and is_main_process():
         from posttrain.data.padding import padding_note
 

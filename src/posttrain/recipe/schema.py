@@ -243,6 +243,14 @@ class DataSection(Section):
     )
     video_fps: float | None = Field(None, gt=0.0, description="Vision-language runs: frames sampled per second of video (default: the media loader's).")
     video_max_frames: StrictInt | None = Field(None, ge=1, description="Vision-language runs: at most this many frames per video, evenly spaced.")
+    max_drop_fraction: float = Field(
+        0.1, ge=0.0, le=1.0,
+        description="Largest share of a dataset's rows that may be dropped before training (unreadable media, empty "
+        "fields, gold answers a reward cannot compare, prompts over max_prompt_length, rows with no token to train "
+        "on); a dataset that loses more is an error naming each reason and count, before training starts. 0.1: a few "
+        "broken rows are normal, but a tenth of the data gone is a different dataset (every long prompt, every "
+        "non-integer answer, every row of a broken media folder) trained on silently. 1 turns the check off.",
+    )
     # Evaluation during training: nothing is held out unless the recipe asks.
     eval_datasets: list[DatasetSpec] = Field(default_factory=list, description="Evaluation data, read like `datasets` (needs training.eval_strategy).")
     eval_fraction: float | None = Field(
