@@ -26,7 +26,7 @@ def records(arm, strict_ids, loose_ids, **overrides):
 ALL = set(range(N))
 RECORDS = {
     "A": records("A", {0, 1, 2, 3}, ALL, q1={"format": 0.5}, q2={"format": 0.5, "finish_reason": "length"},
-                 q3={"finish_reason": "length"}, q4={"finish_reason": "error", "completion_tokens": None}),
+                 q3={"finish_reason": "length"}, q4={"completion_tokens": None}),
     "B": records("B", {0, 1, 2, *range(6, 12)}, ALL),
     "C": records("C", ALL, set()),
 }
@@ -48,8 +48,8 @@ def test_summary_counts_accuracy_format_tokens_truncation_and_errors():
     assert (row["strict_correct"], row["strict_acc"]) == (4, pytest.approx(4 / 12))
     assert (row["loose_correct"], row["loose_acc"]) == (12, 1.0)
     assert row["format_mean"] == pytest.approx((10 * 1.0 + 2 * 0.5) / 12)
-    assert row["completion_tokens_mean"] == 10  # the failed request reports no tokens and is left out
-    assert (row["truncated"], row["errors"], row["cached"]) == (2, 1, 0)
+    assert row["completion_tokens_mean"] == 10  # an answer without a token count is left out of the mean
+    assert (row["truncated"], row["errors"], row["cached"]) == (2, 0, 0)
     assert row["strict_ci"] == list(wilson_interval(4, 12))
 
 
@@ -98,11 +98,11 @@ def test_report_renders_markdown_tables_and_json():
     assert [a["arm"] for a in report["arms"]] == ["A", "B", "C"] and report["n"] == 12
     md = render_markdown(report)
     assert "## arithmetic: 12 items (decoding=greedy)" in md
-    assert "| A | `model-a` | 12 | 33.3% (4/12) [13.8, 60.9] | 100.0% (12/12) [75.8, 100.0] | 0.92 | 10.0 | 2 | 1 |" in md
+    assert "| A | `model-a` | 12 | 33.3% (4/12) [13.8, 60.9] | 100.0% (12/12) [75.8, 100.0] | 0.92 | 10.0 | 2 | 0 |" in md
     assert "| 10 | B | 75.0% | 100.0% | 1.00 |" in md and "| final | C | 100.0% | 0.0% | 1.00 |" in md
-    assert "| strict | A | C | 33.3% | 100.0% | +66.7 pts |" in md
+    assert "| strict | A | C | 12 | 33.3% | 100.0% | +66.7 pts |" in md
     assert "| 8 | 0 | 0.00781 | significant improvement |" in md
-    assert "| loose | A | C | 100.0% | 0.0% | -100.0 pts | [-100.0, -47.1] | 0 | 12 | 0.000488 | significant regression |" in md
+    assert "| loose | A | C | 12 | 100.0% | 0.0% | -100.0 pts | [-100.0, -47.1] | 0 | 12 | 0.000488 | significant regression |" in md
     with pytest.raises(UserError, match="--alpha 1.5: must be between 0 and 1"):
         build_report(ARMS, RECORDS, task="t", alpha=1.5, settings={})
 
@@ -123,3 +123,50 @@ def test_plot_draws_a_png_or_says_how_to_install_matplotlib(tmp_path):
     else:
         plot_accuracy(report, str(target))
         assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def failing(arm, rows, ids):
+    """`rows` with the requests of `ids` failed: no answer, scored wrong on both metrics as the scorer leaves them."""
+    return [{**r, "strict": False, "loose": False, "finish_reason": "error", "completion_tokens": None, "error": "HTTP 500"}
+            if int(r["id"][1:]) in ids else r for r in rows]
+
+
+def test_failed_requests_are_left_out_of_accuracy_not_scored_wrong():
+    row = summarize_arm(ARMS[1], failing("B", RECORDS["B"], {0, 6, 7}))  # B was right on all three
+    assert (row["n"], row["items"], row["errors"]) == (9, 12, 3)
+    assert (row["strict_correct"], row["strict_acc"]) == (6, pytest.approx(6 / 9))
+    assert (row["loose_correct"], row["loose_acc"]) == (9, 1.0)
+    assert row["strict_ci"] == list(wilson_interval(6, 9))
+
+
+def test_an_item_either_arm_failed_on_leaves_the_pair_for_both_and_many_failures_withhold_the_verdict():
+    a, c = failing("A", RECORDS["A"], {0}), failing("C", RECORDS["C"], {5})
+    rows = {(r["metric"], r["arm_a"], r["arm_b"]): r for r in pairwise({"A": a, "C": c}, alpha=0.05)}
+    strict = rows["strict", "A", "C"]
+    assert (strict["n"], strict["excluded"]) == (10, 2)
+    assert (strict["fixed"], strict["broken"]) == (7, 0)  # q5 (A wrong, C right) is gone for both; q0 (both right) too
+    assert strict["verdict"] == "no verdict: 2 of 12 items (16.7%) failed in A or B, more than 5%"
+    allowed = {(r["metric"], r["arm_a"], r["arm_b"]): r for r in pairwise({"A": a, "C": c}, alpha=0.05, max_error_share=0.2)}
+    assert allowed["strict", "A", "C"]["verdict"] == "significant improvement"  # p = 2 / 2^7
+    assert allowed["strict", "A", "C"]["p_value"] == pytest.approx(2 / 2**7)
+
+
+def test_an_outage_is_not_a_regression():
+    """Every request of B rate-limited (--on-error continue): before, 0.0% (0/12) and 'significant regression'."""
+    outage = failing("B", RECORDS["B"], set(range(N)))
+    report = build_report(ARMS[:2], {"A": RECORDS["A"], "B": outage}, task="t", alpha=0.05, settings={})
+    assert all(c["verdict"] == "no verdict: every one of the 12 items failed in A or B" for c in report["comparisons"])
+    assert report["arms"][1]["n"] == 0 and report["arms"][1]["errors"] == 12
+    md = render_markdown(report)
+    assert "| B | `model-b` | 0 | - (no item scored) | - (no item scored) |" in md and "significant regression" not in md
+    assert "| strict | A | B | 0 (12 left out) | - |" in md and "not counted as wrong answers" in md
+
+
+def test_seed_groups_leave_out_items_any_seed_failed_on():
+    arms = [{"name": "A", "spec": "a"}, {"name": "G@run-0", "spec": "g0", "group": "G"}, {"name": "G@run-1", "spec": "g1", "group": "G"}]
+    records_by_arm = {"A": RECORDS["A"], "G@run-0": failing("G@run-0", RECORDS["C"], {11}), "G@run-1": RECORDS["C"]}
+    report = build_report(arms, records_by_arm, task="t", alpha=0.05, settings={}, max_error_share=0.1)
+    pooled = next(c for c in report["pooled_comparisons"] if c["metric"] == "strict")
+    assert pooled["excluded"] == 1 and pooled["verdict"] != "" and not pooled["verdict"].startswith("no verdict")
+    group = report["seed_groups"][0]
+    assert group["strict"]["per_seed"] == [1.0, 1.0]  # seed 0's failed item is not a wrong answer

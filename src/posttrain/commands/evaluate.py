@@ -57,6 +57,9 @@ def _shared_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy, the default: deterministic answers make the paired test exact")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass when --temperature > 0 (default 1.0)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of verdicts and 1 - level of the CIs (default 0.05)")
+    p.add_argument("--max-error-share", type=float, default=None, metavar="F",
+                   help="failed requests (--on-error continue) are left out of accuracy and, for both arms, of a pair's "
+                        "comparison; above this share of a pair's items left out, no verdict (default 0.05)")
     p.add_argument("--out", default=None, help="output directory (default runs/eval-TASK or runs/compare-TASK)")
     p.add_argument("--cache-dir", default=None, help="generation cache (default OUT/cache); share one between commands to reuse generations")
     p.add_argument("--no-cache", action="store_true", help="generate everything afresh (e.g. an API model re-published under the same name)")
@@ -287,6 +290,15 @@ def _sampling(args):
     return SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed)
 
 
+def _error_share(args) -> dict:
+    share = getattr(args, "max_error_share", None)
+    if share is None:
+        return {}
+    if not 0 <= share < 1:
+        raise UserError(f"--max-error-share {share}: must be in [0, 1) (the share of a pair's items that may fail before its verdict is withheld)")
+    return {"max_error_share": share}
+
+
 def _settings(params) -> dict:
     decoding = "greedy" if params.temperature == 0 else f"temperature={params.temperature} top_p={params.top_p}"
     return {"decoding": decoding, "max_new_tokens": params.max_new_tokens, "seed": params.seed}
@@ -353,6 +365,7 @@ def cmd_eval(args) -> int:
         raise UserError(f"--model {args.model}: a run directory without a final model; evaluate one of its "
                         f"checkpoints, or all of them with: posttrain compare --arm run={args.model} --task {args.task}")
     params = _sampling(args)
+    _error_share(args)  # checked before anything is generated
     arm = {"name": "model", "spec": args.model}
     options = _engine_options([arm], args)
     _check_plot_possible(args)
@@ -366,7 +379,7 @@ def cmd_eval(args) -> int:
         if toolbox is not None:
             toolbox.close()
     _write_jsonl(out / "samples.jsonl", records["model"])
-    report = build_report([arm], records, task=args.task, alpha=args.alpha, settings=_settings(params))
+    report = build_report([arm], records, task=args.task, alpha=args.alpha, settings=_settings(params), **_error_share(args))
     _finish(report, args, out, "summary", out / "samples.jsonl")
     return 0
 
@@ -377,6 +390,7 @@ def cmd_compare(args) -> int:
     apply_recipe(args, "evaluation", "compare", {"arm": "--arm", "task": "--task"})
     arms, steps = plan_arms(args.arm, no_base=args.no_base)
     params = _sampling(args)
+    _error_share(args)  # checked before anything is generated
     options = _engine_options(arms, args)
     _check_plot_possible(args)
     items = _load_items(args)
@@ -391,6 +405,7 @@ def cmd_compare(args) -> int:
             toolbox.close()
     for name, rows in records.items():
         _write_jsonl(out / "samples" / f"{name}.jsonl", rows)
-    report = build_report(arms, records, task=args.task, alpha=args.alpha, settings=_settings(params), steps=steps)
+    report = build_report(arms, records, task=args.task, alpha=args.alpha, settings=_settings(params), steps=steps,
+                          **_error_share(args))
     _finish(report, args, out, "report", out / "samples")
     return 0

@@ -93,6 +93,8 @@ class EvaluationSection(Generation):
     data_seed: StrictInt | None = Field(None, description="arithmetic task: generator seed (--data-seed).")
     n: StrictInt | None = Field(None, ge=1, description="Evaluate the first N items after a seeded shuffle (--n).")
     alpha: float | None = Field(None, gt=0.0, lt=1.0, description="Significance level of verdicts; 1 - level of the CIs (--alpha).")
+    max_error_share: float | None = Field(None, ge=0.0, lt=1.0, description="Share of a pair's items that may fail (API errors, "
+                                          "left out for both arms) before its verdict is withheld (--max-error-share; default 0.05).")
     out: str | None = Field(None, description="Output directory (--out).")
     cache_dir: str | None = Field(None, description="Generation cache (--cache-dir).")
     no_cache: StrictBool | None = Field(None, description="Generate everything afresh (--no-cache).")
