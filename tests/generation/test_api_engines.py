@@ -480,3 +480,19 @@ def test_a_redirect_is_not_followed_with_the_key(http_server, provider):
     with pytest.raises(UserError, match="HTTP 307: redirected to .* not followed"):
         engine.generate(["hi"], PARAMS)
     assert elsewhere.requests == []  # the key never left for the other host
+
+
+def test_anthropic_root_with_or_without_v1_and_vertex_needs_its_root():
+    from posttrain.commands.engine_flags import endpoint
+    from posttrain.generation.api import VertexEngine
+
+    for url in ("http://h:1", "http://h:1/", "http://h:1/v1", "http://h:1/v1/"):
+        assert AnthropicEngine("m", base_url=url, api_key="k").base_url == "http://h:1/v1"
+    assert AnthropicEngine("m", base_url="https://gw/anthropic", api_key="k").base_url == "https://gw/anthropic/v1"  # the SDK's rule
+    assert endpoint("anthropic:m", {"base_url": "http://h:1"}) == endpoint("anthropic:m", {"base_url": "http://h:1/v1"})  # one cache
+    with pytest.raises(UserError, match="vertex:m: needs --base-url .*projects/PROJECT/locations"):
+        VertexEngine("m", api_key="token")
+    vertex = VertexEngine("m", base_url="http://h:1/v1beta", api_key="token")
+    url, headers, _ = vertex.request([{"role": "user", "content": "hi"}], SamplingParams(max_new_tokens=4))
+    assert url == "http://h:1/v1beta/models/m:generateContent" and headers == {"authorization": "Bearer token"}
+    assert GeminiEngine("m", api_key="k").request([{"role": "user", "content": "hi"}], SamplingParams(max_new_tokens=4))[1] == {"x-goog-api-key": "k"}

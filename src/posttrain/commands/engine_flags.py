@@ -80,4 +80,5 @@ def endpoint(spec: str, options: dict) -> str | None:
 
     if engine_kind(spec) != "api":
         return None
-    return (options.get("base_url") or engine_class(spec).default_base_url).rstrip("/")
+    cls = engine_class(spec)
+    return cls.api_root(options.get("base_url") or cls.default_base_url)

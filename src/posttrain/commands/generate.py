@@ -30,8 +30,8 @@ PROMPT_COLUMNS = ("prompt", "messages")  # tried in this order when --prompt-col
 
 EPILOG = """\
 model specs: a hub id, a local model or adapter dir, a .gguf file, tiny:ARCH-SIZE, s3://BUCKET/PATH, vllm:MODEL_OR_PATH,
-openai:MODEL, anthropic:MODEL, gemini:MODEL. API keys are read from OPENAI_API_KEY,
-ANTHROPIC_API_KEY, GEMINI_API_KEY (or the variable named by --api-key-env) and never written out.
+openai:MODEL, anthropic:MODEL, gemini:MODEL, vertex:MODEL (needs --base-url). API keys are read from OPENAI_API_KEY,
+ANTHROPIC_API_KEY, GEMINI_API_KEY, VERTEX_ACCESS_TOKEN (or the variable named by --api-key-env) and never written out.
 
 examples:
   posttrain generate --model tiny:qwen2-1m --prompts prompts.txt --max-new-tokens 32

@@ -1,4 +1,4 @@
-"""Generation through HTTP APIs: OpenAI (and any OpenAI-compatible server), Anthropic, Gemini.
+"""Generation through HTTP APIs: OpenAI (and any OpenAI-compatible server), Anthropic, Gemini, Vertex AI.
 
 One request per prompt through posttrain's shared HTTP client (`posttrain.net.http`: one
 connection pool per process, reused across requests) from a thread pool, at most `max_workers` in
@@ -84,10 +84,16 @@ class HTTPEngine:
     backoff_max / retry_after_max: seconds, see the module docstring. on_error: "fail" or "continue".
     """
 
-    provider = ""  # the spec prefix: openai, anthropic, gemini
+    provider = ""  # the spec prefix: openai, anthropic, gemini, vertex
     default_base_url = ""
     default_key_env = ""
     key_required_for_custom_url = True
+    base_url_hint = ""
+
+    @classmethod
+    def api_root(cls, base_url: str) -> str:
+        """The root request paths are appended to, from a --base-url as the user wrote it."""
+        return base_url.rstrip("/")
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
                  api_key_env: str | None = None, max_workers: int = 8, timeout: float = 60.0,
@@ -99,9 +105,12 @@ class HTTPEngine:
             raise UserError(f"{self.provider}: need max_workers >= 1, max_retries >= 0 and timeout > 0; got {max_workers}, {max_retries}, {timeout}")
         self.model = model
         self.name = f"{self.provider}:{model}"
-        self.base_url = (base_url or self.default_base_url).rstrip("/")
-        if not self.base_url.startswith(("http://", "https://")) or any(ch.isspace() for ch in self.base_url):
-            raise UserError(f"{self.name}: base_url {self.base_url!r} is not an http(s) URL; e.g. http://localhost:8000/v1")
+        given = (base_url or self.default_base_url).rstrip("/")
+        if not given:
+            raise UserError(f"{self.name}: needs --base-url (base_url): {self.base_url_hint}")
+        if not given.startswith(("http://", "https://")) or any(ch.isspace() for ch in given):
+            raise UserError(f"{self.name}: base_url {given!r} is not an http(s) URL; e.g. http://localhost:8000/v1")
+        self.base_url = self.api_root(given)
         self.key = Secret(self._find_key(api_key, api_key_env))
         self.max_workers = max_workers
         self.timeout = timeout
@@ -396,13 +405,22 @@ class AnthropicEngine(HTTPEngine):
     """Messages API (POST {base_url}/messages, `x-api-key`, `anthropic-version`).
 
     System messages go to the top-level `system` field (recent Claude models reject temperature and
-    top_p together, one more reason top_p is only sent when it is not 1).
+    top_p together, one more reason top_p is only sent when it is not 1). A base URL is accepted
+    both ways it is written: with `/v1` (posttrain's and OpenAI's convention) or without it (the
+    Anthropic SDK's `base_url`, e.g. `http://host:port`, to which the SDK adds `/v1/messages`).
     """
 
     provider = "anthropic"
     default_base_url = "https://api.anthropic.com/v1"
     default_key_env = "ANTHROPIC_API_KEY"
     api_version = "2023-06-01"
+
+    @classmethod
+    def api_root(cls, base_url: str) -> str:
+        from urllib.parse import urlsplit
+
+        root = base_url.rstrip("/")
+        return root if urlsplit(root).path.endswith("/v1") else f"{root}/v1"
 
     def request(self, messages, params):
         system, turns = split_system(messages)
@@ -428,16 +446,22 @@ class AnthropicEngine(HTTPEngine):
 
 
 class GeminiEngine(HTTPEngine):
-    """generateContent (POST {base_url}/models/MODEL:generateContent, key in `x-goog-api-key`).
+    """generateContent (POST {base_url}/models/MODEL:generateContent), the Gemini API.
 
-    The key goes in the header, not in the documented `?key=` query parameter, so it never appears
-    in a URL that something might log. Assistant turns take Gemini's role name "model".
-    Thinking tokens (Gemini 2.5) are reported in extra["thoughts_tokens"], not in completion_tokens.
+    The Gemini API documents two places for its API key: the `x-goog-api-key` header (its REST
+    examples use it) and a `?key=` query parameter. posttrain sends the header, so the key never
+    appears in a URL that something might log. Vertex AI serves the same request and answer at
+    another root and authenticates with an OAuth access token instead (`vertex:`, VertexEngine).
+    Assistant turns take Gemini's role name "model". Thinking tokens (Gemini 2.5) are reported in
+    extra["thoughts_tokens"], not in completion_tokens.
     """
 
     provider = "gemini"
     default_base_url = "https://generativelanguage.googleapis.com/v1beta"
     default_key_env = "GEMINI_API_KEY"
+
+    def auth_headers(self) -> dict:
+        return {"x-goog-api-key": self.key.reveal()}
 
     def request(self, messages, params):
         system, turns = split_system(messages)
@@ -453,7 +477,7 @@ class GeminiEngine(HTTPEngine):
         if system is not None:
             body["systemInstruction"] = {"parts": [{"text": system}]}
         model = self.model.removeprefix("models/")  # the API lists models as "models/NAME"
-        return f"{self.base_url}/models/{model}:generateContent", {"x-goog-api-key": self.key.reveal()}, body
+        return f"{self.base_url}/models/{model}:generateContent", self.auth_headers(), body
 
     def parse(self, answer):
         candidates = answer.get("candidates") or []
@@ -471,4 +495,22 @@ class GeminiEngine(HTTPEngine):
         )
 
 
-API_ENGINES: dict[str, type[HTTPEngine]] = {e.provider: e for e in (OpenAIEngine, AnthropicEngine, GeminiEngine)}
+class VertexEngine(GeminiEngine):
+    """Gemini models on Vertex AI (and servers that speak its API): the Gemini request and answer,
+    authenticated with `Authorization: Bearer TOKEN`, an OAuth access token (`gcloud auth
+    print-access-token`; it expires after an hour) in VERTEX_ACCESS_TOKEN or the variable --api-key-env
+    names. The root names the project and region, so --base-url is required:
+    https://REGION-aiplatform.googleapis.com/v1/projects/PROJECT/locations/REGION/publishers/google
+    """
+
+    provider = "vertex"
+    default_base_url = ""
+    default_key_env = "VERTEX_ACCESS_TOKEN"
+    base_url_hint = ("Vertex AI's root names your project and region, e.g. https://us-central1-aiplatform.googleapis.com/"
+                     "v1/projects/PROJECT/locations/us-central1/publishers/google")
+
+    def auth_headers(self) -> dict:
+        return {"authorization": f"Bearer {self.key.reveal()}"}
+
+
+API_ENGINES: dict[str, type[HTTPEngine]] = {e.provider: e for e in (OpenAIEngine, AnthropicEngine, GeminiEngine, VertexEngine)}

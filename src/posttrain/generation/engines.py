@@ -1,7 +1,7 @@
 """Turn a model spec into an engine: `make_engine("openai:gpt-4o-mini")`, `make_engine("tiny:qwen2-1m")`.
 
 The rule for a spec:
-- `openai:MODEL`, `anthropic:MODEL`, `gemini:MODEL`: the HTTP API engine of that provider;
+- `openai:MODEL`, `anthropic:MODEL`, `gemini:MODEL`, `vertex:MODEL`: the HTTP API engine of that provider;
 - `vllm:MODEL_OR_PATH`: the vLLM engine (GPU + vllm installed, else a clear error);
 - anything else is the local transformers engine: a hub id, a model or adapter directory, `tiny:...`,
   or `s3://bucket/path` (a model or adapter folder, downloaded once per machine into the cache that
@@ -27,14 +27,14 @@ from pathlib import Path
 from posttrain.errors import UserError
 from posttrain.generation.base import Engine
 
-API_PROVIDERS = ("openai", "anthropic", "gemini")
+API_PROVIDERS = ("openai", "anthropic", "gemini", "vertex")
 LOCAL_PREFIXES = ("tiny",)
 
 
 def engine_kind(spec: str) -> str:
     """"api", "vllm" or "local" for a model spec, following the rule in the module docstring."""
     if not spec or not spec.strip():
-        raise UserError("empty model spec; give a hub id, a local dir, tiny:..., openai:MODEL, anthropic:MODEL, gemini:MODEL or vllm:MODEL")
+        raise UserError("empty model spec; give a hub id, a local dir, tiny:..., openai:MODEL, anthropic:MODEL, gemini:MODEL, vertex:MODEL or vllm:MODEL")
     prefix, sep, rest = spec.partition(":")
     if prefix == "s3" and not Path(spec).expanduser().exists():
         from posttrain.storage.location import S3Location
