@@ -39,10 +39,18 @@ def adapters(tiny_dir, tmp_path_factory):
     return save_lora(tiny_dir, root / "a", 1), save_lora(tiny_dir, root / "b", 2)
 
 
-def make_run(root, adapter, steps, final_step):
-    """A training run directory: checkpoint-N folders plus the final adapter and run_summary.json."""
+def make_run(root, adapter, steps, final_step, same_as_final=()):
+    """A training run directory: checkpoint-N folders plus the final adapter and run_summary.json. Each
+    checkpoint's LoRA A matrices are the adapter's shifted by the step (B stays 0, so every one still
+    computes what the base does), except the steps in `same_as_final`, which hold the final weights."""
+    from safetensors.torch import load_file, save_file
+
     for step in steps:
         shutil.copytree(adapter, root / f"checkpoint-{step}")
+        if step not in same_as_final:
+            path = root / f"checkpoint-{step}" / "adapter_model.safetensors"
+            tensors = load_file(path)
+            save_file({k: v + step * 1e-3 if "lora_A" in k else v for k, v in tensors.items()}, path)
     if final_step is not None:
         shutil.copytree(adapter, root, dirs_exist_ok=True)
         (root / "run_summary.json").write_text(json.dumps({"global_step": final_step}))
@@ -264,6 +272,28 @@ def test_compare_expands_a_run_of_adapters_into_steps_with_the_base_at_step_0(ad
     assert [s["id"] for s in samples["base"]] == [s["id"] for s in samples["run"]]  # identical items
     # PEFT initialises LoRA's B to zero, so these adapters compute exactly what the base does (greedy)
     assert [s["completion"] for s in samples["base"]] == [s["completion"] for s in samples["run@step-1"]]
+
+
+@pytest.mark.e2e
+def test_identical_weights_are_evaluated_once_and_the_log_says_so(adapters, tiny_dir, tmp_path, capsys):
+    """A run that saves every N steps and ends on a multiple of N: its last checkpoint is the final model."""
+    run = make_run(tmp_path / "run", adapters[0], steps=[1, 2], final_step=2, same_as_final={2})
+    arms, steps = plan_arms([f"sft={run}"])
+    assert [a["name"] for a in arms] == ["base", "sft@step-1", "sft"]
+    assert steps == {"sft": [{"step": 0, "arm": "base"}, {"step": 1, "arm": "sft@step-1"}, {"step": 2, "arm": "sft"}]}
+    assert "note: sft@step-2 (" in capsys.readouterr().err
+    twice = make_run(tmp_path / "twice", adapters[0], steps=[1, 2, 3], final_step=4, same_as_final={2, 3})
+    arms, steps = plan_arms([f"t={twice}", f"copy={adapters[0]}"], no_base=True)
+    assert [a["name"] for a in arms] == ["t@step-1", "t"]  # step 2 and 3 and the copy named on the command line: one model
+    assert steps["t"] == [{"step": 1, "arm": "t@step-1"}, {"step": 2, "arm": "t"}, {"step": 3, "arm": "t"}, {"step": 4, "arm": "t"}]
+    err = capsys.readouterr().err
+    assert "copy (" in err and "has the same weights as t " in err
+
+    out = tmp_path / "cmp"
+    assert posttrain_main(["compare", "--arm", f"sft={run}", "--task", "arithmetic", "--n", "2", "--max-new-tokens", "2",
+                           "--out", str(out), "--no-progress"]) == 0
+    assert sorted(p.stem for p in (out / "samples").iterdir()) == ["base", "sft", "sft@step-1"]  # generated once each
+    assert "| 2 | sft |" in capsys.readouterr().out
 
 
 @pytest.mark.e2e

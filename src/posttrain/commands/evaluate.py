@@ -253,7 +253,50 @@ def plan_arms(arm_args: list[str], no_base: bool = False) -> tuple[list[dict], d
             for group, rows in steps.items():
                 if all(bases[row["arm"]] is not None for row in rows):
                     rows.insert(0, {"step": 0, "arm": BASE_ARM})
-    return arms, steps
+    return skip_identical_weights(arms, steps)
+
+
+def skip_identical_weights(arms: list[dict], steps: dict[str, list[dict]]) -> tuple[list[dict], dict[str, list[dict]]]:
+    """Arms whose saved weights are byte for byte another arm's are evaluated once, and the log says so.
+
+    The last checkpoint of a run usually holds the final model's weights (a run saving every N steps
+    that ends on a multiple of N): generating for both doubles the cost and adds a comparison of a
+    model with itself. Of identical arms the one named on the command line is kept over a
+    checkpoint arm, else the first; a dropped checkpoint's row in the steps table points at the arm
+    kept (or goes, when that arm is the run's final model at the same step). Only local folders are compared (sha256 of
+    their weight and config files, read only where the files' names and sizes already agree);
+    members of a several-seed arm are left alone.
+    """
+    from posttrain.checkpoints import weight_files, weights_digest
+
+    def shape(arm):
+        files = weight_files(Path(arm["spec"]).expanduser()) if not arm.get("group") else []
+        return tuple((f.name, f.stat().st_size) for f in files) or None
+
+    shapes = {arm["name"]: shape(arm) for arm in arms}
+    collide = {name for name, s in shapes.items() if s is not None and list(shapes.values()).count(s) > 1}
+    kept: dict[str, str] = {}  # digest -> arm name
+    replaced: dict[str, str] = {}  # dropped arm -> the arm kept in its place
+    for arm in sorted((a for a in arms if a["name"] in collide), key=lambda a: "@step-" in a["name"]):  # named arms first
+        digest = weights_digest(Path(arm["spec"]).expanduser())
+        if digest in kept:
+            replaced[arm["name"]] = kept[digest]
+            _log(f"note: {arm['name']} ({arm['spec']}) has the same weights as {kept[digest]} (sha256 {digest[:12]}); "
+                 f"evaluated once, as {kept[digest]}")
+        else:
+            kept[digest] = arm["name"]
+    if not replaced:
+        return arms, steps
+    out_steps = {}
+    for group, rows in steps.items():
+        steps_of = {}
+        for row in rows:
+            steps_of.setdefault(row["arm"], set()).add(row["step"])
+        # the last checkpoint and the final model (step N, or "final" when the run left no summary): one row
+        same_row = lambda row: steps_of.get(replaced[row["arm"]], set()) & {row["step"], "final"}  # noqa: E731
+        out_steps[group] = [{**row, "arm": replaced.get(row["arm"], row["arm"])} for row in rows
+                            if row["arm"] not in replaced or not same_row(row)]
+    return [arm for arm in arms if arm["name"] not in replaced], out_steps
 
 
 # ---------------------------------------------------------------------------------------------
