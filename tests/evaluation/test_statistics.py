@@ -11,7 +11,7 @@ from math import comb
 import pytest
 
 from posttrain.evaluation import statistics
-from posttrain.evaluation.statistics import binomial_cdf, clopper_pearson, conditional_ci, mcnemar_exact, paired_comparison
+from posttrain.evaluation.statistics import binomial_cdf, clopper_pearson, conditional_ci, mcnemar_exact, newcombe_paired_ci, paired_comparison
 
 
 # Published exact McNemar results on discordant counts (b, c), checked against these bounds.
@@ -201,9 +201,49 @@ def test_the_issue_examples_no_longer_contradict():
     result = paired_comparison(*outcomes(150, fixed, broken, 23))
     assert 0.05 < result.p_value < 0.07 and result.verdict == "no measurable difference"
     assert result.ci_low <= 0 <= result.ci_high
-    # no discordant item: no evidence either way, the interval is the point 0
+    # no discordant item: no evidence either way; the conditional interval would be the point 0, Newcombe's holds 0
     same = paired_comparison(*outcomes(7, 0, 0, 3))
-    assert (same.ci_low, same.ci_high, same.p_value) == (0.0, 0.0, 1.0)
+    assert same.p_value == 1.0 and same.ci_low < 0 < same.ci_high
+    assert (same.ci_low, same.ci_high) == newcombe_paired_ci(7, 0, 0, 3)
+    assert same.ci_note == "lower and upper bounds: Newcombe's unconditional paired interval"
+
+
+def test_newcombe_paired_interval_matches_the_published_example_and_its_formula():
+    """Fagerland, Lydersen & Laake (2017), Statistical Analysis of Contingency Tables, section 8.5: complete
+    response before/after consolidation therapy (Cavo et al. 2012), table [[59, 6], [16, 80]]: estimate
+    -0.0621, Newcombe square-and-add 95% CI -0.1186 to -0.0046. And the formula (Newcombe 1998, method 10)
+    worked by hand on a second table, with statsmodels' Wilson intervals as the reference for its parts."""
+    low, high = newcombe_paired_ci(59, 6, 16, 80)  # B = "before", fixed = n12 = 6, broken = n21 = 16
+    assert (round(low, 4), round(high, 4)) == (-0.1186, -0.0046)
+    assert newcombe_paired_ci(59, 16, 6, 80) == pytest.approx((0.0046251, 0.1186212), abs=1e-7)  # A and B swapped: mirrored
+
+    proportion_confint = pytest.importorskip("statsmodels.stats.proportion").proportion_confint
+    both, fixed, broken, neither = 1, 1, 7, 12  # Bentur et al. 2009, [[1, 1], [7, 12]]
+    n = 21
+    p1, p2 = (both + fixed) / n, (both + broken) / n
+    l1, u1 = proportion_confint(both + fixed, n, 0.05, method="wilson")
+    l2, u2 = proportion_confint(both + broken, n, 0.05, method="wilson")
+    cross = both * neither - fixed * broken  # 12 - 7 = 5 <= n / 2: phi = 0
+    assert cross <= n / 2
+    phi = 0.0
+    by_hand = ((p1 - p2) - ((p1 - l1) ** 2 + (u2 - p2) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2)) ** 0.5,
+               (p1 - p2) + ((p2 - l2) ** 2 + (u1 - p1) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1)) ** 0.5)
+    assert newcombe_paired_ci(both, fixed, broken, neither) == pytest.approx(by_hand, abs=1e-12)
+
+
+def test_a_one_sided_table_takes_its_far_bound_from_newcombe_and_keeps_the_verdict():
+    """12 fixed, 0 broken of 200: the conditional interval ends at the observed +6 points (all 12 discordant items
+    fixed is the most 12 can do); the unconditional bound goes past it. The bound near 0, and so the verdict, stay."""
+    result = paired_comparison(*outcomes(150, 12, 0, 38))
+    conditional = conditional_ci(12, 0, 200)
+    assert conditional[1] == pytest.approx(0.06) and result.delta == pytest.approx(0.06)
+    assert result.ci_low == conditional[0] > 0 and result.verdict == "significant improvement"
+    assert result.ci_high == newcombe_paired_ci(150, 12, 0, 38)[1] > 0.06
+    assert result.ci_note == "upper bound: Newcombe's unconditional paired interval"
+    mirrored = paired_comparison(*outcomes(150, 0, 12, 38))
+    assert (mirrored.ci_low, mirrored.ci_high) == pytest.approx((-result.ci_high, -result.ci_low))
+    assert mirrored.ci_note == "lower bound: Newcombe's unconditional paired interval"
+    assert paired_comparison(*outcomes(150, 12, 3, 35)).ci_note is None  # both kinds of discordant item: conditional
 
 
 def test_clopper_pearson_covers_at_least_the_level_for_every_pi():

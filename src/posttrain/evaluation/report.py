@@ -25,13 +25,12 @@ Every comparison is tested at ``alpha`` on its own; with many arms, expect about
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import asdict
-from statistics import NormalDist, fmean
+from statistics import fmean
 
 from posttrain.errors import UserError
 from posttrain.evaluation.pooled import pooled_comparison, seed_spread
-from posttrain.evaluation.statistics import paired_comparison
+from posttrain.evaluation.statistics import paired_comparison, wilson_interval
 
 __all__ = ["METRICS", "MAX_ERROR_SHARE", "build_report", "pairwise", "plot_accuracy", "render_markdown", "summarize_arm",
            "wilson_interval"]
@@ -47,27 +46,6 @@ MAX_ERROR_SHARE = 0.05
 def failed(record: dict) -> bool:
     """A request that failed (no answer at all), as opposed to a wrong answer."""
     return record.get("finish_reason") == "error"
-
-
-def wilson_interval(correct: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
-    """Wilson score interval of one accuracy ``correct / n`` at level ``1 - alpha``.
-
-    Chosen over the normal approximation because it stays inside [0, 1] and is sensible at 0/n
-    and n/n, the common case for small evaluation sets.
-
-    >>> [round(x, 3) for x in wilson_interval(1, 8)]
-    [0.022, 0.471]
-    """
-    if n == 0:
-        return 0.0, 1.0
-    z = NormalDist().inv_cdf(1 - alpha / 2)
-    p = correct / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    # Exact at the edges (0/n and n/n), where rounding would otherwise leave 1e-17 instead of 0.
-    low = 0.0 if correct == 0 else max(0.0, centre - half)
-    high = 1.0 if correct == n else min(1.0, centre + half)
-    return low, high
 
 
 def summarize_arm(arm: dict, records: list[dict], alpha: float = 0.05) -> dict:
@@ -294,6 +272,10 @@ def render_markdown(report: dict) -> str:
         if any(c.get("excluded") for c in report["comparisons"]):
             parts += [f"n: the items both A and B answered; an item either failed on (a failed request, not a wrong answer) "
                       f"is left out for both. Above {100 * report.get('max_error_share', MAX_ERROR_SHARE):g}% left out, no verdict.", ""]
+        if any(c.get("ci_note") for c in report["comparisons"]):
+            parts += ["*: every discordant item went one way (or there was none), so the conditional interval ends at the "
+                      "observed difference on that side; that bound is Newcombe's unconditional paired interval (1998, "
+                      "method 10) instead. The bound nearer 0, and the verdict, are the exact test's.", ""]
         parts += ["fixed: A wrong, B right; broken: A right, B wrong. Only these discordant items carry evidence; "
                   "the verdict is significant when p < alpha, and then (only then) the CI, which inverts the same exact test "
                   "on the discordant items, excludes 0. Each pair is tested on its own (no correction for "
@@ -306,8 +288,9 @@ def _comparison_cells(c: dict) -> list:
     n = str(c["n"]) + (f" ({c['excluded']} left out)" if c.get("excluded") else "")
     if not c["n"]:
         return [c["metric"], c["arm_a"], c["arm_b"], n, "-", "-", "-", "-", "-", "-", "-", c["verdict"]]
+    mark = " *" if c.get("ci_note") else ""
     return [c["metric"], c["arm_a"], c["arm_b"], n, _pct(c["acc_a"]), _pct(c["acc_b"]), f"{100 * c['delta']:+.1f} pts",
-            f"[{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}]", c["fixed"], c["broken"], f"{c['p_value']:.3g}", c["verdict"]]
+            f"[{100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}]{mark}", c["fixed"], c["broken"], f"{c['p_value']:.3g}", c["verdict"]]
 
 
 def _spread_cell(stats: dict) -> str:

@@ -23,6 +23,15 @@ discordant item is a fix; "no difference" is ``pi = 1/2``.
   changes nothing (the conditional and unconditional variances agree there); far from 0 with few
   discordant items it is narrower than an unconditional interval would be. With no discordant
   item at all it is the single point 0: the data hold no evidence of a difference either way.
+* Where the conditional interval is degenerate on one side, that side comes from an
+  unconditional interval instead. When every discordant item goes one way (all fixed, none broken)
+  the conditional upper bound is the observed difference itself: given m discordant items, all m
+  fixed is the most there can be, but with more discordant items the difference could be larger.
+  With no discordant item both bounds are 0. There, the degenerate bound is replaced by Newcombe's
+  hybrid score interval for paired proportions (``newcombe_paired_ci``; Newcombe 1998, Stat Med
+  17:2635, method 10: Wilson intervals of both accuracies, combined with the correlation of the
+  paired outcomes), and the record says so (``ci_note``). Only the bound away from 0 moves, so the
+  interval still excludes 0 exactly when the verdict is significant.
 
 ``paired_comparison`` puts both into one record, always stated as B relative to A. Standard
 library only.
@@ -33,9 +42,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from statistics import NormalDist
 from typing import Sequence
 
-__all__ = ["PairedComparison", "binomial_cdf", "clopper_pearson", "conditional_ci", "mcnemar_exact", "paired_comparison"]
+__all__ = ["PairedComparison", "binomial_cdf", "clopper_pearson", "conditional_ci", "mcnemar_exact", "newcombe_paired_ci",
+           "paired_comparison", "wilson_interval"]
 
 _TAIL_BITS = 70  # the truncated exact tail is within 2^-70 of the full one (a float resolves 2^-53)
 
@@ -214,6 +225,60 @@ def conditional_ci(fixed: int, broken: int, n: int, alpha: float = 0.05) -> tupl
     return scale * (2 * low - 1), scale * (2 * high - 1)
 
 
+def wilson_interval(correct: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """Wilson score interval of one accuracy ``correct / n`` at level ``1 - alpha``.
+
+    Chosen over the normal approximation because it stays inside [0, 1] and is sensible at 0/n
+    and n/n, the common case for small evaluation sets.
+
+    >>> [round(x, 3) for x in wilson_interval(1, 8)]
+    [0.022, 0.471]
+    """
+    if n == 0:
+        return 0.0, 1.0
+    z = NormalDist().inv_cdf(1 - alpha / 2)
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    # Exact at the edges (0/n and n/n), where rounding would otherwise leave 1e-17 instead of 0.
+    low = 0.0 if correct == 0 else max(0.0, centre - half)
+    high = 1.0 if correct == n else min(1.0, centre + half)
+    return low, high
+
+
+def newcombe_paired_ci(both: int, fixed: int, broken: int, neither: int, alpha: float = 0.05) -> tuple[float, float]:
+    """Newcombe's hybrid score interval (1998, method 10) of ``acc_B - acc_A`` from a paired 2x2 table:
+    ``both`` right, ``fixed`` (only B right), ``broken`` (only A right), ``neither``.
+
+    Each accuracy gets its Wilson interval; the two are combined ("square and add") with the
+    estimated correlation ``phi`` of the paired outcomes, whose numerator ``both*neither -
+    fixed*broken`` is shrunk by n/2 towards 0 when positive (Newcombe's correction). Unconditional:
+    it does not take the number of discordant items as known.
+
+    >>> [round(x, 4) for x in newcombe_paired_ci(59, 16, 6, 80)]  # Fagerland et al. 2017, section 8.5
+    [0.0046, 0.1186]
+    """
+    for name, value in (("both", both), ("fixed", fixed), ("broken", broken), ("neither", neither)):
+        _check_count(name, value)
+    n = both + fixed + broken + neither
+    if n == 0:
+        raise ValueError("an empty table has no interval")
+    right_b, right_a = both + fixed, both + broken
+    p_b, p_a = right_b / n, right_a / n
+    low_b, high_b = wilson_interval(right_b, n, alpha)
+    low_a, high_a = wilson_interval(right_a, n, alpha)
+    margins = (right_b, n - right_b, right_a, n - right_a)
+    phi = 0.0
+    if all(margins):
+        cross = both * neither - fixed * broken
+        cross = cross - n / 2 if cross > n / 2 else 0.0 if cross >= 0 else cross
+        phi = cross / math.sqrt(math.prod(margins))
+    delta = p_b - p_a
+    low = delta - math.sqrt(max(0.0, (p_b - low_b) ** 2 + (high_a - p_a) ** 2 - 2 * phi * (p_b - low_b) * (high_a - p_a)))
+    high = delta + math.sqrt(max(0.0, (high_b - p_b) ** 2 + (p_a - low_a) ** 2 - 2 * phi * (high_b - p_b) * (p_a - low_a)))
+    return max(-1.0, low), min(1.0, high)
+
+
 def _as_outcomes(a: Sequence[bool], b: Sequence[bool]) -> tuple[list[int], list[int]]:
     if len(a) != len(b):
         raise ValueError(f"paired outcomes need equal lengths, got {len(a)} and {len(b)}")
@@ -237,10 +302,11 @@ class PairedComparison:
     fixed: int  # A wrong, B right (McNemar b)
     broken: int  # A right, B wrong (McNemar c)
     p_value: float
-    ci_low: float  # conditional exact CI of delta at level 1 - alpha (conditional_ci)
+    ci_low: float  # CI of delta at level 1 - alpha: conditional_ci, a degenerate side from newcombe_paired_ci
     ci_high: float
     alpha: float
     verdict: str  # "significant improvement" | "significant regression" | "no measurable difference"
+    ci_note: str | None = None  # which bound(s) came from Newcombe's unconditional interval, when any
 
 
 def paired_comparison(a: Sequence[bool], b: Sequence[bool], alpha: float = 0.05) -> PairedComparison:
@@ -263,6 +329,19 @@ def paired_comparison(a: Sequence[bool], b: Sequence[bool], alpha: float = 0.05)
     else:
         verdict = "no measurable difference"
     ci_low, ci_high = conditional_ci(fixed, broken, n, alpha)
+    ci_note = None
+    # A conditional bound on the observed difference (every discordant item one way, or none), unless that is
+    # already the end of the scale (all n items fixed, or all broken): see the module docstring.
+    upper, lower = broken == 0 and fixed < n, fixed == 0 and broken < n
+    if upper or lower:
+        both = sum(1 for x, y in zip(xs, ys) if x and y)
+        low, high = newcombe_paired_ci(both, fixed, broken, n - both - fixed - broken, alpha)
+        sides = []
+        if upper:
+            ci_high, sides = max(ci_high, high), sides + ["upper"]
+        if lower:
+            ci_low, sides = min(ci_low, low), ["lower"] + sides
+        ci_note = f"{' and '.join(sides)} bound{'s' if len(sides) > 1 else ''}: Newcombe's unconditional paired interval"
     return PairedComparison(
         n=n,
         acc_a=sum(xs) / n,
@@ -275,4 +354,5 @@ def paired_comparison(a: Sequence[bool], b: Sequence[bool], alpha: float = 0.05)
         ci_high=ci_high,
         alpha=alpha,
         verdict=verdict,
+        ci_note=ci_note,
     )
