@@ -209,7 +209,7 @@ def test_the_issue_examples_no_longer_contradict():
 
 
 def test_newcombe_paired_interval_matches_the_published_example_and_its_formula():
-    """Fagerland, Lydersen & Laake (2017), Statistical Analysis of Contingency Tables, section 8.5: complete
+    """Fagerland, Lydersen & Laake (2017), Statistical Analysis of Contingency Tables, chapter 8: complete
     response before/after consolidation therapy (Cavo et al. 2012), table [[59, 6], [16, 80]]: estimate
     -0.0621, Newcombe square-and-add 95% CI -0.1186 to -0.0046. And the formula (Newcombe 1998, method 10)
     worked by hand on a second table, with statsmodels' Wilson intervals as the reference for its parts."""

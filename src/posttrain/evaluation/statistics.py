@@ -255,7 +255,7 @@ def newcombe_paired_ci(both: int, fixed: int, broken: int, neither: int, alpha: 
     fixed*broken`` is shrunk by n/2 towards 0 when positive (Newcombe's correction). Unconditional:
     it does not take the number of discordant items as known.
 
-    >>> [round(x, 4) for x in newcombe_paired_ci(59, 16, 6, 80)]  # Fagerland et al. 2017, section 8.5
+    >>> [round(x, 4) for x in newcombe_paired_ci(59, 16, 6, 80)]  # Fagerland et al. 2017, chapter 8 (Cavo et al. 2012)
     [0.0046, 0.1186]
     """
     for name, value in (("both", both), ("fixed", fixed), ("broken", broken), ("neither", neither)):
