@@ -8,8 +8,9 @@ beta * log(pi / pi_ref) separates chosen from rejected (TRL default 0.1) — not
 `training.loss_type` takes one or several of TRL's DPO losses, weighted by `loss_weights`.
 
 Reference model: with LoRA it is the base with the adapter switched off (no second copy in
-memory); with full training TRL loads a frozen copy, or — with `precompute_ref_log_probs: true` —
-computes the reference log-probs once before training and keeps no reference model.
+memory); with full training a frozen copy of the policy as loaded (`posttrain.algorithms.reference`:
+TRL would reload it by name, without the recipe's revision), or — with `precompute_ref_log_probs:
+true` — the reference log-probs are computed once before training and no reference model is kept.
 
 Length-grouped batches (`train_sampling_strategy: group_by_length` or `batch_rebalance`): TRL 1.16's
 DPO data has no `input_ids` column, so transformers' samplers cannot find the row lengths and stop
@@ -24,8 +25,12 @@ GROUPED = ("group_by_length", "batch_rebalance")
 
 def build_trainer(run):
     from trl import DPOTrainer
+    from trl.trainer import dpo_trainer
 
-    trainer = DPOTrainer(**run.trainer_kwargs())
+    from .reference import reference_is_the_policy
+
+    with reference_is_the_policy(dpo_trainer, run.loaded.model, run.loaded_recipe.recipe.model):
+        trainer = DPOTrainer(**run.trainer_kwargs())
     audit_pairs(run, trainer)
     if trainer.args.train_sampling_strategy in GROUPED:
         add_lengths(trainer)

@@ -8,7 +8,8 @@ with the recipe's rewards, normalise within the group, and take clipped policy-g
 a KL penalty of weight `beta` towards the reference model (posttrain's default 0.04; TRL's 0.0
 removes the term). GSPO (Zheng et al. 2025) is the same trainer with sequence-level importance
 ratios and its own preset (see `posttrain.recipe.defaults`). With LoRA the reference model is the
-base with the adapter switched off; with full training TRL loads a frozen copy.
+base with the adapter switched off; with full training a frozen copy of the policy as loaded
+(`posttrain.algorithms.reference`: TRL would reload it by name, without the recipe's revision).
 
 With `training.tools` / `training.environment` the rollouts are multi-turn: TRL's tool loop, with
 the tools run isolated and their use counted by posttrain (`posttrain.algorithms.tool_use`).
@@ -46,10 +47,14 @@ def build_trainer(run):
         from .sft_vlm import prepare_model
 
         prepare_model(run, log)
+    from trl.trainer import grpo_trainer
+
+    from .reference import reference_is_the_policy
     from .tool_use import attach_tool_counts, trainer_kwargs
 
-    trainer = GRPOTrainer(reward_funcs=reward_functions(run.loaded_recipe.recipe.training), **run.trainer_kwargs(),
-                          **trainer_kwargs(run.toolbox))
+    with reference_is_the_policy(grpo_trainer, run.loaded.model, run.loaded_recipe.recipe.model):
+        trainer = GRPOTrainer(reward_funcs=reward_functions(run.loaded_recipe.recipe.training), **run.trainer_kwargs(),
+                              **trainer_kwargs(run.toolbox))
     if run.loaded.processor is not None:
         from posttrain.models.vision import render_parts
 

@@ -148,12 +148,16 @@ def load_model(model_cfg, device: DeviceInfo, *, trainable_adapter: bool = True,
     has_own_tokenizer = adapter_dir is not None and (Path(adapter_dir) / "tokenizer_config.json").is_file()
     tok_source = model_cfg.tokenizer_name or (adapter_dir if has_own_tokenizer else source)
     processor = None
+    # The pinned revision is the model repository's: it applies to a tokenizer or processor read from there too.
+    tok_kwargs = {"trust_remote_code": model_cfg.trust_remote_code}
+    if model_cfg.revision and tok_source == source:
+        tok_kwargs["revision"] = model_cfg.revision
     try:
         if vision:
-            processor = AutoProcessor.from_pretrained(tok_source, trust_remote_code=model_cfg.trust_remote_code)
+            processor = AutoProcessor.from_pretrained(tok_source, **tok_kwargs)
             tokenizer = processor.tokenizer
         else:
-            tokenizer = AutoTokenizer.from_pretrained(tok_source, trust_remote_code=model_cfg.trust_remote_code)
+            tokenizer = AutoTokenizer.from_pretrained(tok_source, **tok_kwargs)
         model = (AutoModelForImageTextToText if vision else AutoModelForCausalLM).from_pretrained(source, **kwargs)
     except (OSError, ValueError, KeyError) as e:  # missing files, unreadable config.json, unknown model type
         raise UserError(f"model.base_model_name: cannot load {model_cfg.base_model_name!r}: {e}") from None
