@@ -269,7 +269,7 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     prompt_audits = audit_prompts(train_dataset, eval_dataset, loaded.tokenizer, trl_config, schemas) if data_format == "prompt" and not recipe.uses_images else []
 
     monitor = make_monitor(recipe, loaded, trl_config)
-    # monitor first: it adds speed/health keys to the record MetricsFile writes
+    # the monitor adds speed/health keys to each log record: before MetricsFile here, before the trackers in monitor_first
     callbacks = [monitor, MetricsFile(output_dir / "metrics.jsonl"), RecipeInCheckpoints(output_dir, recipe_text), *storage.callbacks()]
     if training.early_stopping_patience is not None:
         from transformers import EarlyStoppingCallback
@@ -281,6 +281,7 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, peft_config, output_dir, callbacks, reports,
               resume_from, storage, lock, monitor, prompt_audits, toolbox)
     trainer = TRAINERS[training.algorithm](run)  # user rewards import here: a failure leaves output_dir as it was
+    monitor_first(trainer, monitor)
     for audit in run.token_audits:
         log(audit.render())
     drops.add_audits(run.token_audits)
@@ -304,6 +305,16 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
         (output_dir / "trl_config.json").write_text(trl_json)
         keep_metrics(output_dir / "metrics.jsonl", checkpoint_step(resume_from) if resume_from else 0)
     return run, trainer
+
+
+def monitor_first(trainer, monitor) -> None:
+    """Run the monitor's on_log before every other callback's, so what it adds to a log record
+    (speed/*, time/*, health/*) reaches the trackers too. transformers puts the report_to callbacks
+    (wandb, tensorboard, mlflow, trackio) ahead of the ones a trainer is given, so they used to log
+    each record before the monitor had added its keys: the keys reached metrics.jsonl and no tracker."""
+    callbacks = trainer.callback_handler.callbacks
+    callbacks.remove(monitor)
+    callbacks.insert(0, monitor)
 
 
 def make_monitor(recipe, loaded: LoadedModel, trl_config) -> RunMonitor:
