@@ -344,6 +344,7 @@ def test_several_seed_arm_from_a_list_or_a_glob(adapters, tmp_path):
 def test_report_pools_seeds_with_cmh_and_keeps_mcnemar_for_single_arms():
     from posttrain.evaluation.pooled import cmh_test, item_tables
     from posttrain.evaluation.report import build_report, render_markdown
+    from posttrain.evaluation.statistics import seed_level_test
 
     import random
 
@@ -366,9 +367,18 @@ def test_report_pools_seeds_with_cmh_and_keeps_mcnemar_for_single_arms():
     tables = item_tables([[r["strict"] for r in recs["base"]]], [[r["strict"] for r in recs[f"kl@run-{i}"]] for i in range(3)])
     assert (row["statistic"], row["p_value"]) == cmh_test(tables)
     assert row["verdict"] == "significant improvement" and row["seeds_a"] == 1 and row["seeds_b"] == 3
+    # the seed-level test beside it: base is one model, so a one-sample t of kl's per-seed accuracies against it
+    assert row["seed_test"] == "one-sample" and row["seed_df"] == 2
+    assert row["seed_p_value"] == seed_level_test([sum(r["strict"] for r in recs["base"]) / n], group["strict"]["per_seed"]).p_value
+    both = "significant improvement" if max(row["p_value"], row["seed_p_value"]) < 0.05 else "no measurable difference"
+    assert row["conservative_verdict"] == both
     text = render_markdown(report)
     assert "## arms with several seeds" in text and "Cochran-Mantel-Haenszel by item" in text
     assert "| kl | 3 |" in text
+    header = next(line for line in text.splitlines() if line.startswith("| metric | A | B | seeds A/B"))
+    assert "CMH p" in header and "seed-level p" in header and "verdict (both tests)" in header
+    strict_row = next(line for line in text.splitlines() if line.startswith("| strict | base | kl | 1/3 |"))
+    assert f"{row['seed_p_value']:.3g}" in strict_row and "(2.0 one-sample)" in strict_row
 
 
 def test_compare_cli_with_a_several_seed_arm(adapters, tmp_path, capsys):
@@ -378,5 +388,6 @@ def test_compare_cli_with_a_several_seed_arm(adapters, tmp_path, capsys):
                            "--max-new-tokens", "3", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "| lora | 2 |" in printed and "| strict | base | lora | 1/2 |" in printed
+    assert "seed-level p" in printed  # both tests printed for a several-seed arm
     report = json.loads((out / "report.json").read_text())
     assert [a["arm"] for a in report["arms"]] == ["base", "lora@run-0", "lora@run-1"] and report["comparisons"] == []

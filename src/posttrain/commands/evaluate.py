@@ -88,7 +88,8 @@ def add_parser(subparsers) -> None:
         epilog=EPILOG + "\narms:\n  NAME=SPEC; adapters of one base add arm 'base' (unless --no-base); a run directory with\n"
                         "  checkpoint-N folders adds NAME@step-N per checkpoint plus NAME for its final model.\n"
                         "  several seeds: NAME=runs/a,runs/b,runs/c or NAME='runs/kl-s*' (quoted glob): per-seed and mean\n"
-                        "  accuracy, spread, and a pooled paired test (Cochran-Mantel-Haenszel by item) against every other arm.\n\n"
+                        "  accuracy, spread, a pooled paired test (Cochran-Mantel-Haenszel by item) and a seed-level\n"
+                        "  test (Welch's t on per-seed accuracy) against every other arm.\n\n"
                         "example:\n  posttrain compare --arm a=tiny:qwen2-1m --arm b=tiny:llama-1m --task arithmetic --n 50\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arm", action="append", metavar="NAME=SPEC", help="an arm to compare (repeat the flag)")

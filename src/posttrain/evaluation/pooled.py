@@ -22,6 +22,12 @@ What it assumes: the chi-square(1) approximation, which wants a reasonable numbe
 items (items where the arms' seeds disagree); with only a handful, read the per-seed McNemar rows
 too. It treats seed-to-seed variation within an arm as binomial noise per item; when seeds disagree
 much more than that (training instability), the spread columns show it and the test is optimistic.
+
+So every pooled comparison also carries a **seed-level test**: Welch's t-test on the per-seed
+accuracies (``posttrain.evaluation.statistics.seed_level_test``; one-sample against a single fixed
+model such as the base), where each training run is one observation. It answers "would other
+training seeds show the same difference?", which the pooled test cannot. ``conservative_verdict``
+is significant only when *both* p-values are below alpha: a claim across seeds follows it.
 Standard library only.
 """
 
@@ -31,6 +37,8 @@ import math
 import statistics
 from dataclasses import dataclass
 from typing import Sequence
+
+from posttrain.evaluation.statistics import seed_level_test
 
 __all__ = ["PooledComparison", "cmh_test", "item_tables", "pooled_comparison", "seed_spread"]
 
@@ -88,10 +96,16 @@ class PooledComparison:
     acc_b: float
     delta: float  # acc_b - acc_a
     informative_items: int  # items where the seeds of the two arms did not all agree
-    statistic: float
-    p_value: float
+    statistic: float  # CMH chi-square
+    p_value: float  # CMH
     alpha: float
-    verdict: str
+    verdict: str  # the pooled (CMH) test's
+    seed_test: str  # seed-level test: "welch", "one-sample" (one arm is a single model) or "none"
+    seed_statistic: float | None  # its t (B - A)
+    seed_df: float | None
+    seed_p_value: float | None
+    seed_note: str  # why the seed-level test is undefined, when it is
+    conservative_verdict: str  # significant only when both the CMH and the seed-level p are below alpha
 
 
 def pooled_comparison(a_by_seed: Sequence[Sequence[bool]], b_by_seed: Sequence[Sequence[bool]], alpha: float = 0.05) -> PooledComparison:
@@ -102,11 +116,17 @@ def pooled_comparison(a_by_seed: Sequence[Sequence[bool]], b_by_seed: Sequence[S
     n = len(tables)
     acc_a = statistics.fmean(sum(map(bool, r)) / n for r in a_by_seed)
     acc_b = statistics.fmean(sum(map(bool, r)) / n for r in b_by_seed)
-    if p_value < alpha and acc_b > acc_a:
-        verdict = "significant improvement"
-    elif p_value < alpha and acc_b < acc_a:
-        verdict = "significant regression"
-    else:
-        verdict = "no measurable difference"
+    seeds = seed_level_test([sum(map(bool, r)) / n for r in a_by_seed], [sum(map(bool, r)) / n for r in b_by_seed])
     informative = sum(1 for a, n_a, b, n_b in tables if 0 < a + b < n_a + n_b)
-    return PooledComparison(n, len(a_by_seed), len(b_by_seed), acc_a, acc_b, acc_b - acc_a, informative, statistic, p_value, alpha, verdict)
+    both = max(p_value, 1.0 if seeds.p_value is None else seeds.p_value)
+    return PooledComparison(n, len(a_by_seed), len(b_by_seed), acc_a, acc_b, acc_b - acc_a, informative, statistic, p_value,
+                            alpha, _verdict(p_value, acc_b - acc_a, alpha), seeds.test, seeds.statistic, seeds.df,
+                            seeds.p_value, seeds.note, _verdict(both, acc_b - acc_a, alpha))
+
+
+def _verdict(p_value: float, delta: float, alpha: float) -> str:
+    if p_value < alpha and delta > 0:
+        return "significant improvement"
+    if p_value < alpha and delta < 0:
+        return "significant regression"
+    return "no measurable difference"

@@ -182,7 +182,7 @@ def seed_groups(arms: list[dict], records_by_arm: dict[str, list[dict]], alpha: 
                                        _aligned(records_by_arm, b_members, answered, metric), alpha)
             rows.append({"metric": metric, "arm_a": a_name, "arm_b": b_name, **asdict(result), "excluded": len(ids) - len(answered)})
             if withheld:
-                rows[-1]["verdict"] = withheld
+                rows[-1]["verdict"] = rows[-1]["conservative_verdict"] = withheld
     return groups, rows
 
 
@@ -298,6 +298,13 @@ def _spread_cell(stats: dict) -> str:
     return f"{_pct(stats['mean'])} (sd {sd}, {100 * stats['min']:.1f}-{100 * stats['max']:.1f})"
 
 
+def _seed_cell(c: dict) -> str:
+    if c.get("seed_statistic") is None:
+        return "-"
+    form = " one-sample" if c["seed_test"] == "one-sample" else ""
+    return f"{c['seed_statistic']:+.2f} ({c['seed_df']:.1f}{form})"
+
+
 def _render_seed_groups(report: dict) -> list[str]:
     groups, pooled = report.get("seed_groups") or [], report.get("pooled_comparisons") or []
     if not groups:
@@ -308,15 +315,23 @@ def _render_seed_groups(report: dict) -> list[str]:
          ", ".join(_pct(x) for x in g["loose"]["per_seed"]), _spread_cell(g["loose"])] for g in groups]), ""]
     parts += ["members: " + "; ".join(f"{m['arm']} = `{m['spec']}`" for g in groups for m in g["members"]), ""]
     if pooled:
-        parts += [f"## pooled paired comparison across seeds: B against A (Cochran-Mantel-Haenszel by item, alpha={report['alpha']:g})", ""]
+        parts += [f"## pooled paired comparison across seeds: B against A (Cochran-Mantel-Haenszel by item; seed-level "
+                  f"Welch's t on per-seed accuracy; alpha={report['alpha']:g})", ""]
         parts += [_table(["metric", "A", "B", "seeds A/B", "mean acc A", "mean acc B", "B - A", "informative items",
-                          "chi2", "p-value", "verdict"], [
+                          "CMH chi2", "CMH p", "seed-level t (df)", "seed-level p", "CMH verdict", "verdict (both tests)"], [
             [c["metric"], c["arm_a"], c["arm_b"], f"{c['seeds_a']}/{c['seeds_b']}", _pct(c["acc_a"]), _pct(c["acc_b"]),
              f"{100 * c['delta']:+.1f} pts", c["informative_items"], f"{c['statistic']:.3g}", f"{c['p_value']:.3g}",
-             c["verdict"]] if "p_value" in c else [c["metric"], c["arm_a"], c["arm_b"], *["-"] * 7, c["verdict"]] for c in pooled]), ""]
-        parts += ["Each item is a stratum: arm x correct, counted over each arm's seeds; items on which every seed of both "
+             _seed_cell(c), "-" if c.get("seed_p_value") is None else f"{c['seed_p_value']:.3g}", c["verdict"],
+             c["conservative_verdict"]] if "p_value" in c else [c["metric"], c["arm_a"], c["arm_b"], *["-"] * 9, c["verdict"],
+                                                               c["verdict"]] for c in pooled]), ""]
+        parts += ["CMH: each item is a stratum, arm x correct counted over each arm's seeds; items on which every seed of both "
                   "arms agrees carry no evidence (informative items are the rest). With one seed per arm this is McNemar's "
-                  "chi-square. Chi-square(1) approximation, no continuity correction; no multiple-comparison correction.", ""]
+                  "chi-square. Chi-square(1) approximation, no continuity correction. It counts answers, so it treats seed-to-seed "
+                  "variation as per-item noise. Seed-level: Welch's t-test on the per-seed accuracies, each training run one "
+                  "observation (one-sample t against an arm that is a single model). verdict (both tests): significant only "
+                  "when both p-values are below alpha; claims across seeds follow it. No multiple-comparison correction.", ""]
+        notes = sorted({f"{c['arm_a']} vs {c['arm_b']}: {c['seed_note']}" for c in pooled if c.get("seed_note")})
+        parts += [f"seed-level test undefined for {n}" for n in notes] + ([""] if notes else [])
     return parts
 
 

@@ -33,20 +33,25 @@ discordant item is a fix; "no difference" is ``pi = 1/2``.
   paired outcomes), and the record says so (``ci_note``). Only the bound away from 0 moves, so the
   interval still excludes 0 exactly when the verdict is significant.
 
-``paired_comparison`` puts both into one record, always stated as B relative to A. Standard
+``paired_comparison`` puts both into one record, always stated as B relative to A.
+
+Across training seeds (arms trained several times, ``posttrain.evaluation.pooled``), the unit of
+replication is the training run, not the answer: ``seed_level_test`` is Welch's t-test on the
+per-seed accuracies (``welch_t_test``), with Student's t tail from ``student_t_sf``. Standard
 library only.
 """
 
 from __future__ import annotations
 
 import math
+import statistics as stats
 from dataclasses import dataclass
 from fractions import Fraction
 from statistics import NormalDist
 from typing import Sequence
 
-__all__ = ["PairedComparison", "binomial_cdf", "clopper_pearson", "conditional_ci", "mcnemar_exact", "newcombe_paired_ci",
-           "paired_comparison", "wilson_interval"]
+__all__ = ["PairedComparison", "SeedLevelTest", "binomial_cdf", "clopper_pearson", "conditional_ci", "mcnemar_exact",
+           "newcombe_paired_ci", "paired_comparison", "seed_level_test", "student_t_sf", "welch_t_test", "wilson_interval"]
 
 _TAIL_BITS = 70  # the truncated exact tail is within 2^-70 of the full one (a float resolves 2^-53)
 
@@ -356,3 +361,136 @@ def paired_comparison(a: Sequence[bool], b: Sequence[bool], alpha: float = 0.05)
         verdict=verdict,
         ci_note=ci_note,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# across training seeds: Welch's t-test on per-seed accuracies
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta function (modified Lentz; Numerical
+    Recipes 6.4), converged to 1e-16 relative. Meant for ``x < (a + 1) / (a + b + 2)``."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 10_000):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-16:
+            return h
+    raise ArithmeticError(f"incomplete beta continued fraction did not converge (a={a}, b={b}, x={x})")
+
+
+def _betainc(a: float, b: float, x: float, y: float) -> float:
+    """Regularized incomplete beta ``I_x(a, b)`` with ``y = 1 - x`` given separately (computed by the
+    caller without cancellation: near x = 1 the subtraction would lose half the digits). Continued
+    fraction on the side where it converges fast, the other side by symmetry ``1 - I_y(b, a)``."""
+    if x <= 0.0:
+        return 0.0
+    if y <= 0.0:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(y)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _betacf(b, a, y) / b
+
+
+def student_t_sf(t: float, df: float) -> float:
+    """``P(T > t)`` for Student's t with ``df`` degrees of freedom (any real ``df`` > 0, as Welch's
+    test needs), to about 1e-13 relative: ``I_{df/(df+t^2)}(df/2, 1/2) / 2`` for ``t >= 0``.
+
+    >>> round(student_t_sf(2.0, 4.0), 10)   # scipy.stats.t.sf(2, 4)
+    0.0580582618
+    """
+    if not df > 0:
+        raise ValueError(f"degrees of freedom must be positive, got {df!r}")
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    # P(|T| > |t|) / 2 = I_x(df/2, 1/2) / 2 with x = df / (df + t^2); 1 - x = t^2 / (df + t^2) directly
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t), t * t / (df + t * t))
+    return tail if t >= 0 else 1.0 - tail
+
+
+def welch_t_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
+    """Welch's unequal-variance t-test of ``mean(b) - mean(a)``: ``(t, df, two-sided p)``.
+
+    ``a`` with a single value is a fixed reference (no variance of its own): the test is then the
+    one-sample t-test of ``b`` against it, ``df = len(b) - 1`` (Welch's formula in that limit).
+    Needs at least two values in ``b`` (and in ``a`` unless it has one) and some spread between them;
+    otherwise ``ValueError`` saying why.
+
+    >>> t, df, p = welch_t_test([0.638, 0.646, 0.630], [0.680, 0.656, 0.652])
+    >>> round(t, 3), round(df, 2), round(p, 3)
+    (2.495, 3.04, 0.087)
+    """
+    if len(a) < 1 or len(b) < 2:
+        raise ValueError(f"Welch's t-test needs at least 1 value in a and 2 in b, got {len(a)} and {len(b)}")
+    # each arm with seeds contributes its squared standard error s^2 / n, with n - 1 degrees of freedom
+    errors = [(stats.variance(x) / len(x), len(x) - 1) for x in (a, b) if len(x) > 1]
+    se2 = sum(e for e, _ in errors)
+    if se2 == 0:
+        raise ValueError("no spread between seeds in either arm: the t statistic is undefined")
+    # Welch-Satterthwaite; the terms of an arm without spread are 0 and drop out
+    df = se2 * se2 / sum(e * e / dof for e, dof in errors)
+    t = (stats.fmean(b) - stats.fmean(a)) / math.sqrt(se2)
+    return t, df, min(1.0, 2.0 * student_t_sf(abs(t), df))
+
+
+@dataclass(frozen=True)
+class SeedLevelTest:
+    """Arm B's per-seed accuracies against arm A's: Welch's t-test (``dataclasses.asdict`` for JSON)."""
+
+    test: str  # "welch" (both arms have seeds), "one-sample" (A is one fixed model) or "none"
+    statistic: float | None  # t of B - A
+    df: float | None
+    p_value: float | None
+    note: str  # why the test is undefined, when it is
+
+
+def seed_level_test(acc_a: Sequence[float], acc_b: Sequence[float]) -> SeedLevelTest:
+    """The seed-level test of two arms given their per-seed accuracies (the order of B minus A).
+
+    Why Welch's t on per-seed accuracies: the question "does beta change accuracy?" is about
+    training runs, so each run (seed) is one observation; its accuracy over the same fixed items
+    already averages the item-level noise that the pooled CMH test counts as evidence. Pooling
+    answers treats 3 seeds x 300 items as 900 independent draws, which is optimistic when runs differ
+    more than answers do (README "Several seeds per arm"). Welch rather than Student because the
+    arms need not share a seed-to-seed spread (a KL term may well change how stable training is),
+    and rather than an exact permutation test because with 3 + 3 seeds there are only 20 labellings,
+    so no permutation p-value can fall below 0.1: the test could never reject. A mixed-effects
+    logistic model (item and seed effects) would use both sources at once but has no exact reference
+    in the stack and fits poorly with 3 seeds; the t-test is the standard, checkable choice
+    (``scipy.stats.ttest_ind(equal_var=False)`` / ``ttest_1samp``, tests/evaluation/test_seed_level.py).
+    Its assumption: per-seed accuracies roughly normal around the arm's mean; with 2-3 seeds it has
+    little power, which is the point: it claims only what the seeds support.
+
+    An arm with one model (the base all runs start from) is a fixed reference: one-sample t-test of
+    the other arm's seeds against its accuracy. Two single models, or no spread in either arm:
+    test "none" with the reason.
+    """
+    if len(acc_a) < 2 and len(acc_b) < 2:
+        return SeedLevelTest("none", None, None, None, "one model per arm: no seed-to-seed variation to test against")
+    if len(acc_b) < 2:  # keep B - A: a fixed B against A's seeds is the mirror image
+        flipped = seed_level_test(acc_b, acc_a)
+        return SeedLevelTest(flipped.test, None if flipped.statistic is None else -flipped.statistic, flipped.df,
+                             flipped.p_value, flipped.note)
+    form = "one-sample" if len(acc_a) == 1 else "welch"
+    try:
+        t, df, p = welch_t_test(acc_a, acc_b)
+    except ValueError as e:
+        return SeedLevelTest("none", None, None, None, str(e))
+    return SeedLevelTest(form, t, df, p, "")
