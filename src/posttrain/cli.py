@@ -8,7 +8,6 @@ with code 2 and a message naming the key or file; it never prints a traceback.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 from pathlib import Path
@@ -53,17 +52,12 @@ def _split_recipe_args(args) -> tuple[str, list[str]]:
     return recipe, items
 
 
-@contextlib.contextmanager
-def _planned_world_size(opts):
-    """Validate batch shapes for the processes about to be launched (the schema reads WORLD_SIZE)."""
-    if not opts.launches:
-        yield
-        return
-    os.environ["WORLD_SIZE"] = str(opts.world_size)
-    try:
-        yield
-    finally:
-        del os.environ["WORLD_SIZE"]
+def planned_world_size(opts) -> int:
+    """The processes the run will have: those --nproc/--nnodes launch, or, inside a launcher (torchrun,
+    accelerate, srun), the WORLD_SIZE it set. Batch shapes are validated for them."""
+    if opts.launches:
+        return opts.world_size
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def load_with_file_checks(load_recipe, recipe_path, overrides, machine: bool = True):
@@ -97,9 +91,9 @@ def cmd_validate(args) -> int:
     raw = read_yaml(recipe_path)  # read once: for the kind of recipe, then for the recipe itself
     if is_task_recipe(raw):
         return _validate_task_recipe(recipe_path, overrides, raw)
-    with _planned_world_size(options_from_args(args)):
-        loaded = load_with_file_checks(lambda path, items: load_recipe(path, items, raw=raw), recipe_path, overrides,
-                                       machine=not args.schema_only)
+    world = planned_world_size(options_from_args(args))
+    loaded = load_with_file_checks(lambda path, items: load_recipe(path, items, raw=raw, world_size=world), recipe_path, overrides,
+                                   machine=not args.schema_only)
     if not args.schema_only:
         preflight(loaded.recipe)
     print(f"# {recipe_path}: valid ({loaded.recipe.training.algorithm})")
@@ -129,8 +123,8 @@ def cmd_train(args) -> int:
     recipe_path, overrides = _split_recipe_args(args)
     overrides = restore_secret_overrides(overrides)  # a rank that `--nproc` started: its secrets came in the environment
     opts = options_from_args(args)
-    with _planned_world_size(opts):  # every recipe error once, here, not once per process
-        loaded = load_with_file_checks(load_recipe, recipe_path, overrides)
+    world = planned_world_size(opts)  # every recipe error once, here, not once per process
+    loaded = load_with_file_checks(lambda path, items: load_recipe(path, items, world_size=world), recipe_path, overrides)
     preflight(loaded.recipe)
     if opts.launches:
         child = ["train", "--recipe", recipe_path, *overrides]

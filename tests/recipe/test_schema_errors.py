@@ -161,3 +161,15 @@ def test_keys_that_would_change_nothing_are_refused_naming_what_makes_them_live(
 ])
 def test_the_same_keys_are_accepted_where_they_act(raw):
     assert load_recipe(None, raw=raw).recipe is not None
+
+
+def test_batch_shapes_are_checked_for_the_world_size_passed_in_not_the_environment(monkeypatch):
+    """2 completions per process hold a group of 4 only on two processes; the schema takes the process count from
+    its caller (the CLI: --nproc or the launcher's WORLD_SIZE) and never reads the environment itself."""
+    raw = recipe(training={**GRPO, "num_generations": 4, "per_device_train_batch_size": 2})
+    assert "must hold whole groups of num_generations=4" in error_of(raw)
+    assert load_recipe(None, raw=raw, world_size=2).recipe is not None
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert "must hold whole groups of num_generations=4" in error_of(raw)  # the environment changes nothing
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert load_recipe(None, raw=raw, world_size=2).recipe is not None

@@ -66,8 +66,13 @@ def read_yaml(path: str | Path) -> dict:
     return raw
 
 
-def load_recipe(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (), raw: dict | None = None) -> LoadedRecipe:
-    """Resolve a recipe file (or an already-read mapping) plus overrides into a validated Recipe."""
+def load_recipe(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (), raw: dict | None = None,
+                world_size: int = 1) -> LoadedRecipe:
+    """Resolve a recipe file (or an already-read mapping) plus overrides into a validated Recipe.
+
+    `world_size`: how many processes the run will have (batch shapes are checked for them); the
+    caller knows (the CLI: --nproc x --nnodes, or the launcher's WORLD_SIZE), the schema never reads
+    the environment."""
     source = Path(path) if path is not None else None
     raw = copy.deepcopy(raw) if raw is not None else read_yaml(source)
     raw, overridden = apply_overrides(raw, list(overrides))
@@ -85,7 +90,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
             defaulted.add("training.output_dir")
 
     try:
-        recipe = schema_for(raw).model_validate(raw)  # builds the schema of this algorithm only
+        recipe = schema_for(raw).model_validate(raw, context={"world_size": world_size})  # builds the schema of this algorithm only
     except ValidationError as e:
         from .tasks import fairl_signs_in_task, is_task_recipe
 

@@ -16,7 +16,7 @@ import functools
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, StrictBool, StrictInt, create_model, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, StrictBool, StrictInt, ValidationInfo, create_model, model_validator
 
 from posttrain.monitoring.health import ALL_RUN_FLAGS, FLAGS
 
@@ -454,8 +454,9 @@ class TrainingBase(Section):
         spec = trl_fields(self._family).get(key)
         return spec["default"] if spec else None
 
-    def cross_checks(self) -> list[tuple[str, str]]:
-        """Rules between keys that transformers/TRL enforce only when the trainer starts (or never)."""
+    def cross_checks(self, world_size: int = 1) -> list[tuple[str, str]]:
+        """Rules between keys that transformers/TRL enforce only when the trainer starts (or never).
+        `world_size`: the processes the run will have (validation context `world_size`, default 1)."""
         v, out = self.value, []
         for key, why in DEAD_FOR_ALGORITHM.get(getattr(self, "algorithm", ""), {}).items():
             if key in self.model_fields_set:
@@ -490,8 +491,8 @@ class TrainingBase(Section):
         return out
 
     @model_validator(mode="after")
-    def _cross_field(self):
-        raise_all(self.cross_checks())
+    def _cross_field(self, info: ValidationInfo):
+        raise_all(self.cross_checks(world_size=int((info.context or {}).get("world_size", 1))))
         return self
 
     def trl_kwargs(self) -> dict[str, Any]:
@@ -629,9 +630,9 @@ class RLTrainingBase(TrainingBase):
     def uses_tools(self) -> bool:
         return bool(self.tools or self.environment)
 
-    def cross_checks(self) -> list[tuple[str, str]]:
+    def cross_checks(self, world_size: int = 1) -> list[tuple[str, str]]:
         """TRL's own checks, at load time and with the numbers: a generation batch holds whole groups."""
-        out = super().cross_checks()
+        out = super().cross_checks(world_size)
         if not self.uses_tools:
             dead = [k for k in TOOL_KEYS[2:] if k in self.model_fields_set]
             if dead:
@@ -644,7 +645,7 @@ class RLTrainingBase(TrainingBase):
         num_generations = value("num_generations")
         if num_generations is not None and num_generations < 2:
             return out  # the range check names it
-        world = int(__import__("os").environ.get("WORLD_SIZE", "1"))
+        world = world_size
         batch = value("per_device_train_batch_size") * world
         if value("generation_batch_size") is not None and value("steps_per_generation") is not None:
             out.append(("training.generation_batch_size", "training.generation_batch_size and training.steps_per_generation are both set; set one (the other follows)."))
@@ -662,8 +663,8 @@ class RLTrainingBase(TrainingBase):
 
 
 class GRPOTrainingBase(RLTrainingBase):
-    def cross_checks(self) -> list[tuple[str, str]]:
-        out = super().cross_checks()
+    def cross_checks(self, world_size: int = 1) -> list[tuple[str, str]]:
+        out = super().cross_checks(world_size)
         level = self.importance_sampling_level or "token"
         if level == "token" and self.epsilon is not None and self.epsilon < 0.01:
             out.append(("training.epsilon",
@@ -674,8 +675,8 @@ class GRPOTrainingBase(RLTrainingBase):
 
 
 class GSPOTrainingBase(RLTrainingBase):
-    def cross_checks(self) -> list[tuple[str, str]]:
-        out = super().cross_checks()
+    def cross_checks(self, world_size: int = 1) -> list[tuple[str, str]]:
+        out = super().cross_checks(world_size)
         if self.importance_sampling_level != "sequence":
             out.append(("training.importance_sampling_level", 
                 f"training.importance_sampling_level={self.importance_sampling_level!r}: GSPO is defined by sequence-level "
