@@ -1,9 +1,10 @@
 """The run watching itself: speed metrics and health checks added to every log record as it happens.
 
-`RunMonitor` sits before `MetricsFile` in the callback list, so what it adds to a log record
-(``speed/*``, ``time/*``, ``health/*``) lands in metrics.jsonl. After every log it re-runs the health
-checks (`posttrain.monitoring.health`) on the records so far, prints each flag the first time it
-fires, and, when the flag is in ``training.stop_on``, stops the run and saves a checkpoint there.
+`RunMonitor` runs first among the callbacks (`run.monitor_first`), so what it adds to a log record
+(``speed/*``, ``time/*``, ``health/*``) lands in metrics.jsonl and reaches the trackers. Every record
+goes into a `HealthTracker` (`posttrain.monitoring.health`: constant work per record, and on resume
+the checkpoint's earlier records go in first); it prints each flag the first time it fires and,
+when the flag is in ``training.stop_on``, stops the run and saves a checkpoint there.
 At the end it prints the health section; `summary()` goes into run_summary.json.
 
 `StepTimers` is filled by the GRPO trainer's wrapped generation, reward and log-prob methods
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 
 from transformers import TrainerCallback
 
-from posttrain.monitoring.health import EMPTY_THINK_KEY, check_health, empty_think_share, render_health
+from posttrain.monitoring.health import EMPTY_THINK_KEY, HealthTracker, empty_think_share, render_health
 from posttrain.monitoring.speed import flops_per_token, mfu
 
 
@@ -104,7 +105,7 @@ def attach_timers(trainer, timers: StepTimers) -> None:
 class RunMonitor(TrainerCallback):
     def __init__(self, *, algorithm: str, window: int, stop_on: list[str], max_completion_length: int | None,
                  samples_per_step: int, peak: float | None, peak_source: str,
-                 timers: StepTimers | None = None, tools=None, log=print):
+                 timers: StepTimers | None = None, tools=None, log=print, history=None):
         self.algorithm, self.window, self.stop_on = algorithm, window, set(stop_on)
         self.max_completion_length = max_completion_length
         self.flops_per_token = 0  # set at on_train_begin from the model the trainer really trains (PEFT-wrapped or not)
@@ -112,8 +113,10 @@ class RunMonitor(TrainerCallback):
         self.timers = timers
         self.tools = tools  # posttrain.algorithms.tool_use.ToolCounts in runs with tools
         self.log = log
-        self.records: list[dict] = []
+        self.history = history  # metrics.jsonl: the records before a checkpoint this run resumes from
+        self.health = HealthTracker(algorithm=algorithm, window=window, max_completion_length=max_completion_length)
         self.flags: list = []
+        self._announced: set[str] = set()
         self.stopped_by: str | None = None
         self._step_started = None
         self._interval_s = 0.0
@@ -125,11 +128,32 @@ class RunMonitor(TrainerCallback):
     # -- timing -----------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
         self._last_tokens = 0.0 if state.global_step == 0 else None  # after a resume, the first interval is skipped
+        if state.global_step > 0:
+            self._resume_health(state.global_step)
         model = kwargs.get("model")
         if model is not None:
             params = sum(p.numel() for p in model.parameters())
             trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
             self.flops_per_token = flops_per_token(params, trainable)
+
+    def _resume_health(self, step: int) -> None:
+        """Continue the health checks where the checkpoint left them: its records (metrics.jsonl up to
+        `step`) go in first, so baselines (first-window lengths, entropy, rewards) and streaks span the
+        whole run. Flags they raise were reported before the checkpoint and are not reported, nor acted
+        on, again."""
+        import json
+
+        if self.history is None or not self.history.is_file():
+            return
+        for line in self.history.read_text().splitlines():
+            try:
+                record = json.loads(line) if line.strip() else None
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("step", 0) <= step:
+                self.health.add(record)
+        self.flags = self.health.flags()
+        self._announced = {flag.name for flag in self.flags}
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._step_started = time.perf_counter()
@@ -157,10 +181,9 @@ class RunMonitor(TrainerCallback):
         self._add_speed(logs, state)
         if self.tools is not None:
             logs.update(self.tools.take())  # tools/* since the last record, when a generation happened
-        self.records.append({"step": state.global_step, **logs})
-        self.flags = check_health(self.records, algorithm=self.algorithm, window=self.window,
-                                  max_completion_length=self.max_completion_length)
-        seen = getattr(self, "_announced", set())
+        self.health.add({"step": state.global_step, **logs})
+        self.flags = self.health.flags()
+        seen = self._announced
         for flag in self.flags:
             if flag.name not in seen:
                 seen.add(flag.name)

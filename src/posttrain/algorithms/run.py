@@ -268,7 +268,7 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     train_dataset, eval_dataset = fit_prompts(recipe, loaded.tokenizer, [train_dataset, eval_dataset], schemas, drops)
     prompt_audits = audit_prompts(train_dataset, eval_dataset, loaded.tokenizer, trl_config, schemas) if data_format == "prompt" and not recipe.uses_images else []
 
-    monitor = make_monitor(recipe, loaded, trl_config)
+    monitor = make_monitor(recipe, loaded, trl_config, output_dir / "metrics.jsonl")
     # the monitor adds speed/health keys to each log record: before MetricsFile here, before the trackers in monitor_first
     callbacks = [monitor, MetricsFile(output_dir / "metrics.jsonl"), RecipeInCheckpoints(output_dir, recipe_text), *storage.callbacks()]
     if training.early_stopping_patience is not None:
@@ -317,7 +317,7 @@ def monitor_first(trainer, monitor) -> None:
     callbacks.insert(0, monitor)
 
 
-def make_monitor(recipe, loaded: LoadedModel, trl_config) -> RunMonitor:
+def make_monitor(recipe, loaded: LoadedModel, trl_config, history: Path | None = None) -> RunMonitor:
     """Speed and health watching for this run (see posttrain.algorithms.monitor)."""
     from posttrain.monitoring.speed import device_peak, world_size
     from posttrain.recipe.schema import RL_ALGORITHMS
@@ -333,7 +333,7 @@ def make_monitor(recipe, loaded: LoadedModel, trl_config) -> RunMonitor:
                       max_completion_length=getattr(trl_config, "max_completion_length", None) if rl else None,
                       samples_per_step=samples, peak=peak, peak_source=source,
                       timers=StepTimers() if rl else None, tools=ToolCounts() if getattr(training, "uses_tools", False) else None,
-                      log=log)
+                      log=log, history=history)
 
 
 def is_local_main_process() -> bool:

@@ -18,6 +18,7 @@ neither extend nor break a streak. The thresholds are below, one per flag, with 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import asdict, dataclass
 
 RL_ALGORITHMS = ("grpo", "gspo")
@@ -101,158 +102,269 @@ def _number(value) -> float | None:
     return None
 
 
-def _series(records: list[dict], key: str) -> list[tuple[int, int, float]]:
-    """(first step covered, step, value) per record that has ``key``: a record at step s covers the
-    steps after the previous record's step up to s (logging_steps > 1 averages over them)."""
-    out, previous = [], 0
-    for r in records:
-        step = r.get("step", 0)
-        value = _number(r.get(key))
-        if value is not None:
-            out.append((previous + 1, step, value))
-        previous = max(previous, step)
-    return out
+class _Streak:
+    """The first run of consecutive values satisfying ``condition`` that covers >= ``window`` steps,
+    extended while the condition holds, as values arrive one at a time; frozen once it breaks.
+    Each value covers the steps after the previous record's step up to its own (logging_steps > 1
+    averages over them), so a streak counts steps, not records."""
 
+    def __init__(self, condition, window: int):
+        self.condition, self.window = condition, window
+        self.start = self.found = None
+        self.run_min = self.run_max = None
+        self.done = self.seen = False
 
-def _streak(series, condition, window: int) -> tuple[int, int] | None:
-    """The first run of consecutive records satisfying ``condition`` that covers >= window steps,
-    extended to where the condition stops holding; None if there is none."""
-    start = None
-    found = None
-    for first, step, value in series:
-        if condition(value):
-            start = first if start is None else start
-            if found is None and step - start + 1 >= window:
-                found = (start, step)
-            elif found is not None and found[0] == start:
-                found = (start, step)
+    def add(self, first: int, step: int, value: float) -> None:
+        self.seen = True
+        if self.done:
+            return
+        if not self.condition(value):
+            self.start = None
+            self.done = self.found is not None
+            return
+        if self.start is None:
+            self.start, self.run_min, self.run_max = first, value, value
         else:
-            start = None
-            if found is not None:
-                return found
-    return found
+            self.run_min, self.run_max = min(self.run_min, value), max(self.run_max, value)
+        if self.found is None and step - self.start + 1 >= self.window or self.found is not None and self.found[0] == self.start:
+            self.found = (self.start, step)
+
+    def flag(self, name: str, detail) -> list["Flag"]:
+        """The flag (detail gets (min, max) of the values over its steps), or nothing."""
+        return [Flag(name, *self.found, detail(self.run_min, self.run_max))] if self.found else []
 
 
-def _baseline(series, window: int) -> float | None:
-    early = [v for first, step, v in series if step <= series[0][1] + window - 1] if series else []
-    return sum(early) / len(early) if early else None
+class _AgainstStart:
+    """Streaks whose condition compares each value with the mean over the series' first ``window``
+    steps (its baseline). Until those steps are all in, values wait (at most ``window`` of them) and a
+    query replays them against the baseline so far; after that, they stream into the streaks."""
+
+    def __init__(self, window: int, conditions: dict):
+        self.window, self.conditions = window, conditions  # name -> condition(value, base)
+        self.first_step = None
+        self.total = self.count = self.entries = 0
+        self.waiting: list[tuple[int, int, float]] = []
+        self.streaks: dict[str, _Streak] | None = None
+
+    def add(self, first: int, step: int, value: float) -> None:
+        self.entries += 1
+        if self.first_step is None:
+            self.first_step = step
+        if step <= self.first_step + self.window - 1:
+            self.total, self.count = self.total + value, self.count + 1
+        if self.streaks is not None:
+            for streak in self.streaks.values():
+                streak.add(first, step, value)
+            return
+        self.waiting.append((first, step, value))
+        if step >= self.first_step + self.window - 1:  # every baseline step is in: the baseline is final
+            self.streaks, self.waiting = self._replay(), []
+
+    @property
+    def base(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+    def _replay(self) -> dict[str, _Streak]:
+        base = self.base
+        streaks = {name: _Streak(lambda v, c=condition: c(v, base), self.window) for name, condition in self.conditions.items()}
+        for entry in self.waiting:
+            for streak in streaks.values():
+                streak.add(*entry)
+        return streaks
+
+    def flags(self, details: dict) -> list["Flag"]:
+        if not self.base or self.entries <= 1:
+            return []
+        streaks = self.streaks if self.streaks is not None else self._replay()
+        return [flag for name, streak in streaks.items() for flag in streak.flag(name, lambda lo, hi, n=name: details[n](lo, hi, self.base))]
 
 
-def _mean_over(series, lo: int, hi: int) -> float | None:
-    values = [v for _, step, v in series if lo <= step <= hi]
-    return sum(values) / len(values) if values else None
+class _Trend:
+    """One reward's mean over its first and over its last ``window`` steps, for reward_divergence."""
+
+    def __init__(self, window: int):
+        self.window = window
+        self.first_step = self.last_step = None
+        self.early_total = self.early_count = 0
+        self.recent: deque = deque()  # (step, value) of the last `window` steps
+
+    def add(self, step: int, value: float) -> None:
+        if self.first_step is None:
+            self.first_step = step
+        self.last_step = step
+        if step <= self.first_step + self.window - 1:
+            self.early_total, self.early_count = self.early_total + value, self.early_count + 1
+        self.recent.append((step, value))
+        while self.recent[0][0] < step - self.window + 1:
+            self.recent.popleft()
+
+    def long_enough(self) -> bool:
+        return self.first_step is not None and self.last_step - self.first_step + 1 >= 2 * self.window
+
+    def change(self) -> tuple[float, float]:
+        return self.early_total / self.early_count, sum(v for _, v in self.recent) / len(self.recent)
+
+
+class _Occurrences:
+    """First and last step of the values that satisfy ``condition``, their count and their sum."""
+
+    def __init__(self, condition):
+        self.condition = condition
+        self.first = self.last = self.first_value = None
+        self.count, self.total = 0, 0.0
+
+    def add(self, step: int, value: float) -> None:
+        if self.condition(value):
+            if self.first is None:
+                self.first, self.first_value = step, value
+            self.last, self.count, self.total = step, self.count + 1, self.total + value
+
+
+class HealthTracker:
+    """Every health check, fed one metrics record at a time: constant work per record (the windowed
+    checks keep their streak, the baselines their first window, reward_divergence each reward's
+    first and last window), so a run of N logged steps costs O(N) in all, not O(N^2).
+
+        tracker = HealthTracker(algorithm="grpo", window=10)
+        for record in records:
+            tracker.add(record)
+        tracker.flags()   # what check_health(records) returns
+
+    A resumed run feeds the records before its checkpoint first (metrics.jsonl), so baselines and
+    streaks continue where they were instead of starting again from the resumed segment.
+    """
+
+    def __init__(self, *, algorithm: str = "grpo", window: int = 10, max_completion_length: int | None = None):
+        if window < 1:
+            raise ValueError(f"window must be at least 1 step, got {window}")
+        self.rl, self.window, self.max_completion_length = algorithm in RL_ALGORITHMS, window, max_completion_length
+        self.previous = 0  # the step of the last record: the next value covers the steps after it
+        w = window
+        self.streaks = {
+            "frac_reward_zero_std": _Streak(lambda v: v >= ZERO_STD_SHARE, w), "reward_std": _Streak(lambda v: v == 0, w),
+            "completions/clipped_ratio": _Streak(lambda v: v >= CLIPPED_SHARE, w), "kl": _Streak(lambda v: v > KL_BOUND, 1),
+            EMPTY_THINK_KEY: _Streak(lambda v: v >= EMPTY_THINK_SHARE, w), "tools/use_rate": _Streak(lambda v: v == 0, w),
+            "tools/error_rate": _Streak(lambda v: v >= TOOL_ERROR_SHARE, w),
+        }
+        self.lengths = _AgainstStart(w, {"length_collapse": lambda v, base: v < LENGTH_COLLAPSE * base,
+                                         "length_explosion": lambda v, base: v > LENGTH_EXPLOSION * base})
+        self.entropy = _AgainstStart(w, {"entropy_collapse": lambda v, base: v < ENTROPY_FRACTION * base and v < ENTROPY_FLOOR})
+        self.trends: dict[str, _Trend] = {}
+        self.timeouts = _Occurrences(lambda v: v > 0)
+        self.nonfinite = {key: _Occurrences(lambda v: not math.isfinite(v)) for key in ("loss", "grad_norm")}
+        self.zero_lr = _Occurrences(lambda v: v == 0)
+        self.last_lr: tuple[int, float] | None = None  # the latest learning rate waits: a schedule may end at 0
+
+    def add(self, record: dict) -> None:
+        if "train_runtime" in record or any(k.startswith("eval_") for k in record):
+            return
+        step = record.get("step", 0)
+        first = self.previous + 1
+        for key, value in record.items():
+            value = _number(value)
+            if value is None:
+                continue
+            if key in self.streaks:
+                self.streaks[key].add(first, step, value)
+            elif key == "completions/mean_length":
+                self.lengths.add(first, step, value)
+            elif key == "entropy":
+                self.entropy.add(first, step, value)
+            elif key.startswith("rewards/") and key.endswith("/mean"):
+                self.trends.setdefault(key, _Trend(self.window)).add(step, value)
+            elif key == "tools/timeouts":
+                self.timeouts.add(step, value)
+            elif key in self.nonfinite:
+                self.nonfinite[key].add(step, value)
+            elif key == "learning_rate":
+                if self.last_lr is not None:
+                    self.zero_lr.add(*self.last_lr)
+                self.last_lr = (step, value)
+        self.previous = max(self.previous, step)
+
+    def flags(self) -> list[Flag]:
+        """Every flag raised so far, in FLAGS order. RL flags apply to GRPO/GSPO only."""
+        flags = self._rl_flags() if self.rl else []
+        for key, bad in self.nonfinite.items():
+            if bad.count:
+                flags.append(Flag("nonfinite_loss", bad.first, bad.last, f"{key} was {bad.first_value} at step {bad.first} "
+                                  f"({bad.count} logged step(s)); lower the learning rate, check the data, use fp32/bf16 not fp16."))
+                break
+        if self.zero_lr.count:
+            flags.append(Flag("zero_learning_rate", self.zero_lr.first, self.zero_lr.last, f"learning_rate was 0 on "
+                              f"{self.zero_lr.count} logged step(s); check learning_rate, warmup and the scheduler."))
+        order = list(FLAGS)
+        return sorted(flags, key=lambda f: (order.index(f.name), f.first_step))
+
+    def _rl_flags(self) -> list[Flag]:
+        s, window = self.streaks, self.window
+        if s["frac_reward_zero_std"].seen:
+            flags = s["frac_reward_zero_std"].flag("no_learning_signal", lambda lo, hi: f"all groups' rewards identical (frac_reward_zero_std "
+                              f"{lo:.3g}-{hi:.3g}); loss and gradients carry no signal. Give the model a reward it can sometimes "
+                              f"earn (start from an SFT model, add partial credit) or raise num_generations/temperature.")
+        else:
+            flags = s["reward_std"].flag("no_learning_signal", lambda lo, hi: "reward_std 0 on every logged step: no group had "
+                                         "different rewards.")
+        cap = f" (max_completion_length={self.max_completion_length})" if self.max_completion_length else ""
+        flags += s["completions/clipped_ratio"].flag("all_truncated", lambda lo, hi: f"every completion was cut at the length "
+                                                     f"limit{cap}; raise max_completion_length or teach the model to stop (SFT on "
+                                                     f"finished answers first).")
+        flags += self.lengths.flags({
+            "length_collapse": lambda lo, hi, base: f"mean completion length {lo:.1f} tokens, down from {base:.1f} in the first {window} steps.",
+            "length_explosion": lambda lo, hi, base: f"mean completion length {hi:.1f} tokens, up from {base:.1f} in the first {window} steps."})
+        flags += self.entropy.flags({
+            "entropy_collapse": lambda lo, hi, base: f"entropy {lo:.3g} nats/token, down from {base:.3g}; raise temperature or beta."})
+        # One step is enough: a KL that high is worth seeing at once.
+        flags += s["kl"].flag("kl_past_bound", lambda lo, hi: f"KL up to {hi:.3g} nats/token (> {KL_BOUND}); lower the learning "
+                              f"rate or raise beta.")
+        flags += self._reward_divergence()
+        flags += s[EMPTY_THINK_KEY].flag("empty_think", lambda lo, hi: f"{100 * hi:.0f}% of completions had an empty "
+                                         f"<think></think>; a format reward that pays for empty reasoning invites this (raise "
+                                         f"beta, or pay only for non-empty think).")
+        return flags + self._tool_flags()
+
+    def _tool_flags(self) -> list[Flag]:
+        """Runs with tools log tools/* (posttrain.algorithms.tool_use); the rest never raise these."""
+        s = self.streaks
+        flags = s["tools/use_rate"].flag("no_tool_calls", lambda lo, hi: "no rollout called a tool although tools are offered. "
+                                         "Start from a model that calls them (SFT on tool-calling chats first: "
+                                         "posttrain.data.synthetic writes some), check that the chat template renders the tools "
+                                         "(the start-up log), or reward tool use.")
+        flags += s["tools/error_rate"].flag("tool_error_rate", lambda lo, hi: f"{100 * lo:.0f}-{100 * hi:.0f}% of tool calls "
+                                            "failed; the model reads error messages instead of results. Read the failing calls "
+                                            "(the tool's own errors, timeouts, unknown tool names, bad arguments) and fix the "
+                                            "tool or its docstring.")
+        t = self.timeouts
+        if t.count:
+            flags.append(Flag("tool_timeouts", t.first, t.last, f"{int(t.total)} tool call(s) ran past training.tool_timeout and "
+                              f"were stopped (on {t.count} logged step(s)); each costs the whole timeout. Make the tool bound "
+                              "its own work, or raise training.tool_timeout if it is slow but sure to finish."))
+        return flags
+
+    def _reward_divergence(self) -> list[Flag]:
+        if len(self.trends) < 2 or not all(t.long_enough() for t in self.trends.values()):
+            return []  # too short to tell a trend from noise
+        changes = {key.removeprefix("rewards/").removesuffix("/mean"): (*t.change(), t.first_step, t.last_step)
+                   for key, t in sorted(self.trends.items())}
+        out = []
+        for up, (e_up, l_up, lo, hi) in changes.items():
+            if l_up - e_up < REWARD_RISE:
+                continue
+            for other, (e_o, l_o, _, _) in changes.items():
+                if other != up and l_o - e_o <= REWARD_FLAT:
+                    trend = "fell" if l_o - e_o < -REWARD_FLAT else "stayed flat"
+                    out.append(Flag("reward_divergence", lo, hi, f"{up} rose {e_up:.3g} -> {l_up:.3g} while {other} {trend} "
+                                    f"({e_o:.3g} -> {l_o:.3g}); check that {up} cannot be earned without {other}."))
+        return out
 
 
 def check_health(records: list[dict], *, algorithm: str = "grpo", window: int = 10,
                  max_completion_length: int | None = None) -> list[Flag]:
-    """Every flag the records raise, in FLAGS order. RL flags apply to GRPO/GSPO only."""
-    if window < 1:
-        raise ValueError(f"window must be at least 1 step, got {window}")
-    records = [r for r in records if "train_runtime" not in r and not any(k.startswith("eval_") for k in r)]
-    flags: list[Flag] = []
-    rl = algorithm in RL_ALGORITHMS
-
-    def windowed(name, key, condition, detail):
-        series = _series(records, key)
-        hit = _streak(series, condition, window)
-        if hit:
-            values = [v for _, s, v in series if hit[0] <= s <= hit[1]]
-            flags.append(Flag(name, hit[0], hit[1], detail(values)))
-
-    if rl:
-        if _series(records, "frac_reward_zero_std"):
-            windowed("no_learning_signal", "frac_reward_zero_std", lambda v: v >= ZERO_STD_SHARE,
-                     lambda vs: f"all groups' rewards identical (frac_reward_zero_std {min(vs):.3g}-{max(vs):.3g}); "
-                                f"loss and gradients carry no signal. Give the model a reward it can sometimes earn "
-                                f"(start from an SFT model, add partial credit) or raise num_generations/temperature.")
-        else:
-            windowed("no_learning_signal", "reward_std", lambda v: v == 0,
-                     lambda vs: "reward_std 0 on every logged step: no group had different rewards.")
-        cap = f" (max_completion_length={max_completion_length})" if max_completion_length else ""
-        windowed("all_truncated", "completions/clipped_ratio", lambda v: v >= CLIPPED_SHARE,
-                 lambda vs: f"every completion was cut at the length limit{cap}; raise max_completion_length or teach "
-                            f"the model to stop (SFT on finished answers first).")
-        lengths = _series(records, "completions/mean_length")
-        base = _baseline(lengths, window)
-        if base and len(lengths) > 1:
-            windowed("length_collapse", "completions/mean_length", lambda v: v < LENGTH_COLLAPSE * base,
-                     lambda vs: f"mean completion length {min(vs):.1f} tokens, down from {base:.1f} in the first {window} steps.")
-            windowed("length_explosion", "completions/mean_length", lambda v: v > LENGTH_EXPLOSION * base,
-                     lambda vs: f"mean completion length {max(vs):.1f} tokens, up from {base:.1f} in the first {window} steps.")
-        entropy = _series(records, "entropy")
-        base = _baseline(entropy, window)
-        if base and len(entropy) > 1:
-            windowed("entropy_collapse", "entropy", lambda v: v < ENTROPY_FRACTION * base and v < ENTROPY_FLOOR,
-                     lambda vs: f"entropy {min(vs):.3g} nats/token, down from {base:.3g}; raise temperature or beta.")
-        # One step is enough: a KL that high is worth seeing at once.
-        kl = _series(records, "kl")
-        kl_hit = _streak(kl, lambda v: v > KL_BOUND, 1)
-        if kl_hit:
-            top = max(v for _, s, v in kl if kl_hit[0] <= s <= kl_hit[1])
-            flags.append(Flag("kl_past_bound", *kl_hit, f"KL up to {top:.3g} nats/token (> {KL_BOUND}); lower the learning rate or raise beta."))
-        flags += _reward_divergence(records, window)
-        windowed("empty_think", EMPTY_THINK_KEY, lambda v: v >= EMPTY_THINK_SHARE,
-                 lambda vs: f"{100 * max(vs):.0f}% of completions had an empty <think></think>; a format reward that "
-                            f"pays for empty reasoning invites this (raise beta, or pay only for non-empty think).")
-        flags += _tool_flags(records, windowed)
-    for key in ("loss", "grad_norm"):
-        bad = [(first, s, v) for first, s, v in _series(records, key) if not math.isfinite(v)]
-        if bad:
-            flags.append(Flag("nonfinite_loss", bad[0][1], bad[-1][1], f"{key} was {bad[0][2]} at step {bad[0][1]} "
-                              f"({len(bad)} logged step(s)); lower the learning rate, check the data, use fp32/bf16 not fp16."))
-            break
-    lr = _series(records, "learning_rate")
-    zero = [s for _, s, v in lr[:-1] if v == 0]
-    if zero:
-        flags.append(Flag("zero_learning_rate", zero[0], zero[-1], f"learning_rate was 0 on {len(zero)} logged step(s); "
-                          "check learning_rate, warmup and the scheduler."))
-    order = list(FLAGS)
-    return sorted(flags, key=lambda f: (order.index(f.name), f.first_step))
-
-
-def _tool_flags(records: list[dict], windowed) -> list[Flag]:
-    """Runs with tools log tools/* (posttrain.algorithms.tool_use); the rest never raise these."""
-    windowed("no_tool_calls", "tools/use_rate", lambda v: v == 0,
-             lambda vs: "no rollout called a tool although tools are offered. Start from a model that calls them (SFT on "
-                        "tool-calling chats first: posttrain.data.synthetic writes some), check that the chat template "
-                        "renders the tools (the start-up log), or reward tool use.")
-    windowed("tool_error_rate", "tools/error_rate", lambda v: v >= TOOL_ERROR_SHARE,
-             lambda vs: f"{100 * min(vs):.0f}-{100 * max(vs):.0f}% of tool calls failed; the model reads error messages "
-                        "instead of results. Read the failing calls (the tool's own errors, timeouts, unknown tool names, "
-                        "bad arguments) and fix the tool or its docstring.")
-    timeouts = _series(records, "tools/timeouts")
-    hit = [(first, step, v) for first, step, v in timeouts if v > 0]
-    if not hit:
-        return []
-    total = int(sum(v for _, _, v in hit))
-    return [Flag("tool_timeouts", hit[0][1], hit[-1][1], f"{total} tool call(s) ran past training.tool_timeout and were "
-                 f"stopped (on {len(hit)} logged step(s)); each costs the whole timeout. Make the tool bound its own work, "
-                 "or raise training.tool_timeout if it is slow but sure to finish.")]
-
-
-def _reward_divergence(records: list[dict], window: int) -> list[Flag]:
-    keys = sorted({k for r in records for k in r if k.startswith("rewards/") and k.endswith("/mean")})
-    if len(keys) < 2:
-        return []
-    changes = {}
-    for key in keys:
-        series = _series(records, key)
-        if not series or series[-1][1] - series[0][1] + 1 < 2 * window:
-            return []  # too short to tell a trend from noise
-        first_lo, last_hi = series[0][1], series[-1][1]
-        early = _mean_over(series, first_lo, first_lo + window - 1)
-        late = _mean_over(series, last_hi - window + 1, last_hi)
-        changes[key.removeprefix("rewards/").removesuffix("/mean")] = (early, late, first_lo, last_hi)
-    out = []
-    for up, (e_up, l_up, lo, hi) in changes.items():
-        if l_up - e_up < REWARD_RISE:
-            continue
-        for other, (e_o, l_o, _, _) in changes.items():
-            if other != up and l_o - e_o <= REWARD_FLAT:
-                trend = "fell" if l_o - e_o < -REWARD_FLAT else "stayed flat"
-                out.append(Flag("reward_divergence", lo, hi, f"{up} rose {e_up:.3g} -> {l_up:.3g} while {other} {trend} "
-                                f"({e_o:.3g} -> {l_o:.3g}); check that {up} cannot be earned without {other}."))
-    return out
+    """Every flag the records raise, in FLAGS order (a HealthTracker fed all of them). RL flags apply to GRPO/GSPO only."""
+    tracker = HealthTracker(algorithm=algorithm, window=window, max_completion_length=max_completion_length)
+    for record in records:
+        tracker.add(record)
+    return tracker.flags()
 
 
 def render_health(flags: list[Flag], *, title: str = "health", algorithm: str = "grpo") -> str:
