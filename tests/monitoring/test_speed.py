@@ -27,3 +27,35 @@ def test_flops_per_token_and_mfu():
     assert flops_per_token(1_000_000, 10_000) == 4_020_000  # LoRA: no weight gradient for frozen weights
     assert mfu(6_000_000, 500.0, 3e10) == pytest.approx(0.1)
     assert mfu(6_000_000, 500.0, None) is None
+
+
+@pytest.mark.parametrize("flags, per_cycle", [("avx2 fma avx512f avx512_bf16 amx_bf16", 1024), ("avx2 fma avx512f avx512_bf16", 128),
+                                              ("avx2 fma avx512f", None), ("avx2 fma", None)])
+def test_cpu_bf16_peak_from_the_bf16_units(flags, per_cycle):
+    """bf16 on a CPU had no MFU at all; now AMX and AVX512-BF16 CPUs get an estimated bf16 peak, others (emulated bf16) none."""
+    peak, how = cpu_peak_flops(2, f"flags : {flags}\n", max_khz=2_000_000, precision="bf16")
+    if per_cycle is None:
+        assert peak is None and "emulated" in how
+    else:
+        assert peak == 2 * 2e9 * per_cycle and f"{per_cycle} BF16 FLOP/cycle" in how
+    assert cpu_peak_flops(2, f"flags : {flags}\n", max_khz=2_000_000, precision="fp16")[0] is None
+
+
+def test_rl_mfu_is_over_training_time_not_the_whole_step():
+    """A GRPO step of 10 s: 6 s generating, 2 s scoring, 2 s training 1,000 tokens at 6 MFLOP/token on a 1 TFLOP/s
+    peak: MFU 6e9 / 2 s / 1e12 = 0.003 (over the whole step it read 0.0006, mostly generation's idle matmul units)."""
+    from types import SimpleNamespace
+
+    from posttrain.algorithms.monitor import RunMonitor, StepTimers
+
+    timers = StepTimers()
+    monitor = RunMonitor(algorithm="grpo", window=5, stop_on=[], max_completion_length=8, samples_per_step=4, peak=1e12,
+                         peak_source="test", timers=timers, log=lambda _: None)
+    monitor.flops_per_token, monitor._last_tokens = 6_000_000, 0.0
+    monitor._interval_s, monitor._interval_steps = 10.0, 1
+    timers.generation_s, timers.scoring_s = 6.0, 2.0
+    logs = {"num_tokens": 1000}
+    monitor._add_speed(logs, SimpleNamespace(num_input_tokens_seen=0))
+    assert logs["time/training_s"] == 2.0 and logs["speed/tokens_per_s"] == 100.0
+    assert logs["speed/mfu"] == pytest.approx(0.003)
+    assert monitor.summary()["speed"]["mfu"] == pytest.approx(0.003)

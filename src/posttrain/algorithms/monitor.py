@@ -123,7 +123,7 @@ class RunMonitor(TrainerCallback):
         self._interval_steps = 0
         self._last_tokens: float | None = None
         self.totals = {"step_s": 0.0, "steps": 0, "tokens": 0.0, "token_s": 0.0, "generation_s": 0.0, "scoring_s": 0.0,
-                       "logprobs_s": 0.0, "optimizer_s": 0.0, "decoded_tokens": 0, "decode_s": 0.0}
+                       "logprobs_s": 0.0, "optimizer_s": 0.0, "decoded_tokens": 0, "decode_s": 0.0, "mfu_s": 0.0}
 
     # -- timing -----------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
@@ -202,6 +202,9 @@ class RunMonitor(TrainerCallback):
     def _add_speed(self, logs: dict, state) -> None:
         seconds, steps = self._interval_s, self._interval_steps
         self._interval_s, self._interval_steps = 0.0, 0
+        parts = self.timers.take() if self.timers is not None else None
+        # MFU's seconds: the whole step, or in RL the training part (generation and scoring are not 6N work)
+        mfu_seconds = max(0.0, seconds - parts["generation_s"] - parts["scoring_s"]) if parts is not None else seconds
         tokens = logs.get("num_tokens")
         if not isinstance(tokens, (int, float)):
             tokens = state.num_input_tokens_seen or None
@@ -210,17 +213,17 @@ class RunMonitor(TrainerCallback):
             self.totals["step_s"] += seconds
             self.totals["steps"] += steps
             if tokens is not None and self._last_tokens is not None and tokens >= self._last_tokens:
-                rate = (tokens - self._last_tokens) / seconds
-                logs["speed/tokens_per_s"] = round(rate, 2)
-                self.totals["tokens"] += tokens - self._last_tokens
+                trained = tokens - self._last_tokens
+                logs["speed/tokens_per_s"] = round(trained / seconds, 2)
+                self.totals["tokens"] += trained
                 self.totals["token_s"] += seconds
-                value = mfu(self.flops_per_token, rate, self.peak) if self.flops_per_token else None
+                self.totals["mfu_s"] += mfu_seconds
+                value = mfu(self.flops_per_token, trained / mfu_seconds, self.peak) if self.flops_per_token and mfu_seconds > 0 else None
                 if value is not None:
                     logs["speed/mfu"] = round(value, 6)
         if tokens is not None:
             self._last_tokens = float(tokens)
-        if self.timers is not None:
-            parts = self.timers.take()
+        if parts is not None:
             generation, scoring, empty = parts["generation_s"], parts["scoring_s"], parts["empty_think"]
             if steps:
                 logs["time/generation_s"] = round(generation / steps, 4)
@@ -249,8 +252,8 @@ class RunMonitor(TrainerCallback):
         if t["token_s"]:
             rate = t["tokens"] / t["token_s"]
             speed["tokens_per_s"] = round(rate, 2)
-            if self.peak and self.flops_per_token:
-                speed["mfu"] = round(mfu(self.flops_per_token, rate, self.peak), 6)
+            if self.peak and self.flops_per_token and t["mfu_s"] > 0:
+                speed["mfu"] = round(mfu(self.flops_per_token, t["tokens"] / t["mfu_s"], self.peak), 6)
         if self.timers is not None and t["steps"]:
             speed["generation_s"] = round(t["generation_s"] / t["steps"], 4)
             speed["scoring_s"] = round(t["scoring_s"] / t["steps"], 4)

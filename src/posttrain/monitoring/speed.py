@@ -13,15 +13,21 @@ Definitions (what metrics.jsonl's ``speed/*`` keys mean):
 * ``speed/mfu``: model FLOPs utilisation, ``FLOPs per token x tokens_per_s / peak`` with the usual
   6N FLOPs per trained token for full training (Kaplan et al. 2020; the PaLM paper's MFU), 4N + 2N_trainable
   with LoRA (frozen weights need no weight gradient), and nothing for attention, so it slightly
-  under-counts for long sequences. For GRPO the tokens/s include generation time,
-  so MFU there is the whole loop's, not the backward pass's. Logged only when the peak is known.
+  under-counts for long sequences. In GRPO/GSPO it is taken over the *training* time of each step
+  (``time/training_s``: the loss's forward and backward, the no-grad log-prob passes and the
+  optimizer), not the whole step: generation (2N per decoded token, memory-bound) and scoring are
+  not 6N work and would make the number meaningless; ``speed/generation_tokens_per_s`` covers
+  generation. The no-grad log-prob passes add uncounted 2N per token, so RL MFU is a slight
+  under-estimate. Logged only when the peak is known.
 
 The peak: dense (no sparsity) tensor-core throughput for the run's precision from the vendor's
 data sheet for common GPUs (``GPU_PEAK_TFLOPS``); other GPUs get no MFU. On a CPU the peak is an
-*estimate*: cores used x clock x FP32 FLOPs per cycle per core from the vector units the CPU
-reports (AVX-512: 64, AVX2 with FMA: 32, otherwise 8); the clock is the maximum frequency the
-kernel reports. Turbo, shared cores and memory bandwidth make real CPU peaks lower, so CPU MFU is a
-rough lower-bound-ish indicator, labelled "estimated".
+*estimate*: cores used x clock x FLOPs per cycle per core from the units the CPU reports. float32:
+AVX-512 64, AVX2 with FMA 32, otherwise 8. bf16 (autocast's matmuls run in bf16 through oneDNN):
+AMX-BF16 1,024 (Intel's figure for its tile unit), AVX512-BF16 128 (VDPBF16PS: two bf16
+products per float32 lane); a CPU with neither emulates bf16 and gets no peak. The clock is the
+maximum frequency the kernel reports. Turbo, shared cores and memory bandwidth make real CPU peaks
+lower, so CPU MFU is a rough lower-bound-ish indicator, labelled "estimated".
 """
 
 from __future__ import annotations
@@ -58,11 +64,14 @@ def gpu_peak_flops(name: str, precision: str) -> float | None:
     return None
 
 
-def cpu_peak_flops(threads: int, cpuinfo: str | None = None, max_khz: int | None = None) -> tuple[float | None, str]:
-    """Estimated FP32 peak of ``threads`` CPU cores and how it was estimated.
+def cpu_peak_flops(threads: int, cpuinfo: str | None = None, max_khz: int | None = None,
+                   precision: str = "fp32") -> tuple[float | None, str]:
+    """Estimated peak of ``threads`` CPU cores in ``precision`` (fp32 or bf16) and how it was estimated.
 
     >>> cpu_peak_flops(2, "flags : fpu avx2 fma\\nmodel name : X\\n", max_khz=3_000_000)
     (192000000000.0, '2 cores x 3.00 GHz x 32 FP32 FLOP/cycle (AVX2+FMA), estimated')
+    >>> cpu_peak_flops(2, "flags : avx512f avx512_bf16 fma\\n", max_khz=2_000_000, precision="bf16")
+    (512000000000.0, '2 cores x 2.00 GHz x 128 BF16 FLOP/cycle (AVX512-BF16), estimated')
     """
     if cpuinfo is None:
         try:
@@ -87,14 +96,24 @@ def cpu_peak_flops(threads: int, cpuinfo: str | None = None, max_khz: int | None
             max_khz = int(mhz * 1000) if mhz else None
     if not max_khz:
         return None, "CPU clock unknown: no peak"
-    if "avx512f" in flags:
+    if precision == "bf16":
+        if "amx_bf16" in flags:
+            per_cycle, unit = 1024, "AMX-BF16"
+        elif "avx512_bf16" in flags:
+            per_cycle, unit = 128, "AVX512-BF16"
+        else:
+            return None, "CPU without avx512_bf16/amx_bf16: bf16 is emulated, no peak"
+    elif precision != "fp32":
+        return None, f"CPU in {precision}: no peak estimate"
+    elif "avx512f" in flags:
         per_cycle, unit = 64, "AVX-512"
     elif "avx2" in flags and "fma" in flags:
         per_cycle, unit = 32, "AVX2+FMA"
     else:
         per_cycle, unit = 8, "SSE"
     ghz = max_khz / 1e6
-    return threads * ghz * 1e9 * per_cycle, f"{threads} cores x {ghz:.2f} GHz x {per_cycle} FP32 FLOP/cycle ({unit}), estimated"
+    kind = "BF16" if precision == "bf16" else "FP32"
+    return threads * ghz * 1e9 * per_cycle, f"{threads} cores x {ghz:.2f} GHz x {per_cycle} {kind} FLOP/cycle ({unit}), estimated"
 
 
 def device_peak(precision: str) -> tuple[float | None, str]:
@@ -106,9 +125,7 @@ def device_peak(precision: str) -> tuple[float | None, str]:
         peak = gpu_peak_flops(name, precision)
         return peak, (f"{name}, {precision} dense peak {peak / 1e12:g} TFLOPS (data sheet)" if peak
                       else f"{name}: not in posttrain's peak table, no MFU")
-    if precision != "fp32":
-        return None, f"CPU in {precision}: no peak estimate"
-    return cpu_peak_flops(torch.get_num_threads())
+    return cpu_peak_flops(torch.get_num_threads(), precision=precision)
 
 
 def flops_per_token(params: int, trainable: int) -> int:
