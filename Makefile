@@ -30,8 +30,12 @@ $(BASE_STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[plot]"
 	touch $(BASE_STAMP)
 
+# DeepSpeed compiles its shared-memory allreduce op (C++) the first time a ZeRO run on CPU starts: minutes,
+# once per machine (~/.cache/torch_extensions). Built here, with the install, so the suite's first ZeRO test
+# does not wait for it; a machine without a compiler skips it (the tests then build it or fail, saying why).
 $(STAMP): pyproject.toml $(BASE_STAMP)
 	$(BIN)/python -m pip install -q -e ".[test]"
+	-$(BIN)/python -c "from deepspeed.accelerator import get_accelerator as a; b = a().create_op_builder('ShareMemCommBuilder'); b and b.load()"
 	touch $(STAMP)
 
 # The demo: every stage is a posttrain command (recipes/demo/); runs/demo is rebuilt each time.
@@ -76,8 +80,15 @@ demo-real: $(GGUF_STAMP) $(REAL_MODEL)
 	@echo "demo-real done. Accuracy and paired tests: $(REAL)/compare/report.md (plot $(REAL)/accuracy.png);"
 	@echo "training telemetry, health and speed: $(REAL)/telemetry.md; adapters in $(REAL)/sft, $(REAL)/grpo"
 
+# The suite on TEST_WORKERS processes (pytest-xdist). 2 = the cores of the machines its time budget is
+# set for (a third worker only oversubscribes them); xdist's `-n auto` counts a container's host cores,
+# not its CPU quota. On a bigger machine: `make test TEST_WORKERS=auto`. Whole test files go to one
+# worker (--dist loadfile), so a module's shared runs (module-scoped fixtures) happen once, in the order
+# tests/conftest.py sorts them (the long files first; xdist's own reorder, by test count, would start
+# them last); the workers share one model cache and split the cores between their torch threads.
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 benchmark: install
 	$(BIN)/python benchmarks/trl_overhead.py --algorithm sft

@@ -71,6 +71,8 @@ def test_bad_local_inputs_have_reasons(tmp_path, settings):
     kw = dict(base_dir=tmp_path, settings=settings)
     assert reason("missing/a.png", **kw) == "missing_file"
     assert reason(str(tmp_path), **kw) == "missing_file"  # a folder
+    (tmp_path / ("folder" * 12)).mkdir()  # a long name without dots looks like base64 too (pytest-xdist's paths did)
+    assert reason("folder" * 12, **kw) == "missing_file"
     assert reason("notes.txt", **kw) == "not_an_image"
     assert reason("half.png", **kw) == "corrupt"
     assert reason(good[:40], **kw) == "corrupt"

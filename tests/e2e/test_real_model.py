@@ -17,7 +17,7 @@ import pytest
 
 from posttrain.models.checkpoint_report import read_header
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 FAST = ["model.use_lora=true", "model.lora_r=4", "model.lora_alpha=8", "training.max_steps=2", "training.per_device_train_batch_size=2",
         "training.logging_steps=1", "training.save_steps=100"]

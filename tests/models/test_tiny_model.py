@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -201,7 +202,7 @@ def test_resolve_tiny_builds_once_into_cache(tmp_path, monkeypatch):
     assert type(AutoModelForCausalLM.from_pretrained(path)).__name__ == "LlamaForCausalLM"
     assert tiny.resolve_tiny("tiny:llama-2m") == path
     assert len(calls) == 1
-    assert [p.name for p in (tmp_path / "tiny").iterdir()] == [path.name]  # no temp dirs left
+    assert [p.name for p in (tmp_path / "tiny").iterdir() if p.suffix != ".lock"] == [path.name]  # no temp dirs left
 
 
 def test_resolve_tiny_lost_race_uses_winner(tmp_path, monkeypatch):
@@ -218,7 +219,30 @@ def test_resolve_tiny_lost_race_uses_winner(tmp_path, monkeypatch):
     monkeypatch.setattr(tiny, "build_tiny_model", racing_build)
     assert tiny.resolve_tiny("tiny:") == final
     assert (final / "winner").exists()
-    assert sorted(p.name for p in final.parent.iterdir()) == [final.name]
+    assert sorted(p.name for p in final.parent.iterdir() if p.suffix != ".lock") == [final.name]
+
+
+def test_resolve_tiny_waits_for_the_process_building_it(tmp_path):
+    """Two processes of one machine (the suite's parallel workers) build a tiny model once: while
+    another holds the model's lock, resolve_tiny waits instead of starting a second build."""
+    import time
+
+    from posttrain.locks import exclusive
+
+    final = tmp_path / "tiny" / f"llama-1m-v{tiny.BUILDER_VERSION}"
+    code = "from posttrain.models.tiny import resolve_tiny; print(resolve_tiny('tiny:llama-1m'))"
+    env = {**os.environ, "POSTTRAIN_CACHE": str(tmp_path)}
+    with exclusive(final.parent / f".{final.name}.lock"):
+        waiter = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+        time.sleep(3)
+        assert waiter.poll() is None  # still waiting for the lock
+        assert [p.name for p in final.parent.iterdir()] == [f".{final.name}.lock"]  # and not building
+        tiny.build_tiny_model(final, arch="llama", size="1m", seed=0)  # "the other process" builds it
+        (final / "built-by-holder").touch()
+    out, _ = waiter.communicate(timeout=120)
+    assert waiter.returncode == 0 and out.strip() == str(final)
+    assert (final / "built-by-holder").exists()  # found the holder's model, did not rebuild over it
+    assert [p.name for p in final.parent.iterdir() if p.suffix != ".lock"] == [final.name]
 
 
 def test_parse_tiny_spec():

@@ -328,10 +328,10 @@ def _source(item: Any, base_dir, settings: MediaSettings, validate) -> bytes | P
         path = Path(base_dir) / path
     if _exists(path, "file"):
         return path
+    if _exists(path, "any"):  # before the base64 test: a long folder path without dots matches its alphabet
+        raise MediaError("missing_file", f"{path} is not a file")
     if len(text) >= 64 and "." not in text and _BASE64.fullmatch(text):
         return _b64(text, item)
-    if _exists(path, "any"):
-        raise MediaError("missing_file", f"{path} is not a file")
     raise MediaError("missing_file", f"{path if len(text) < 1024 else _name(item)} does not exist")
 
 

@@ -156,9 +156,12 @@ def resolve_tiny(spec: str) -> Path:
 
     Layout: ``<cache_root>/tiny/<arch>-<size>-v<BUILDER_VERSION>/``. The build goes to a temporary
     sibling directory that is renamed into place only when complete: a crashed build is never
-    mistaken for a finished one, and when several processes race, the first rename wins and the
-    others discard their (identical, seed 0) copy. A killed build may leave a hidden ``.*.tmp``
-    sibling behind; it is never read and is safe to delete.
+    mistaken for a finished one. Processes of one machine (the test suite's parallel workers, two
+    runs started at once) take turns on a flock (``.<name>.lock`` beside the model): the first
+    builds, the others wait and find it built. Where a lock does not hold (a file system without
+    flock shared by several machines), the first rename wins and the others discard their
+    (identical, seed 0) copy. A killed build may leave a hidden ``.*.tmp`` sibling behind; it is
+    never read and is safe to delete.
     """
     arch, size = parse_tiny_spec(spec)
     final = cache_root() / "tiny" / dir_name(arch, size)
@@ -168,17 +171,21 @@ def resolve_tiny(spec: str) -> Path:
         # Under torchrun/accelerate, transformers saves weights on the main rank only, so a build here
         # would hold just the tokenizer: wait for local rank 0's build instead.
         return _wait_for(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
-    try:
-        build_tiny_model(tmp, arch=arch, size=size, seed=0)
+    from posttrain.locks import exclusive
+
+    with exclusive(final.parent / f".{final.name}.lock"):
+        if (final / "config.json").is_file():  # built by the process we waited for
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
         try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / "config.json").is_file():  # not a lost race: a real error
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            build_tiny_model(tmp, arch=arch, size=size, seed=0)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if not (final / "config.json").is_file():  # not a lost race: a real error
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 
