@@ -94,6 +94,10 @@ def test_missing_prompts_file_exits_2_naming_it(tmp_path):
     ('{"prompt": "hi"}\n', ["--concurrency", "4"], r"--concurrency applies to api models only"),
     ('{"prompt": "hi"}\n', ["--temperature", "-1"], r"temperature must be >= 0"),
     ('{"prompt": "hi"}\n', ["--n", "0"], r"--n must be at least 1"),
+    ('{"prompt": "hi"}\n', ["--media-timeout", "5"], r"--media-timeout apply to images and videos: give --image-column"),
+    ('{"prompt": "hi"}\n', ["--image-column", "x", "--video-fps", "2"], r"--video-fps/--video-max-frames sample videos"),
+    ('{"prompt": "hi"}\n', ["--image-column", "photo"], r"row 0 has no column 'photo' \(--image-column\)"),
+    ('{"prompt": "hi", "photo": "nope.png"}\n', ["--image-column", "photo"], r"row 0: its media cannot be used \(missing_file"),
 ])
 def test_bad_input_is_a_user_error(tmp_path, capsys, content, args, message):
     path = tmp_path / "prompts.jsonl"

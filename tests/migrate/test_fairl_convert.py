@@ -25,9 +25,6 @@ GOLDEN = HERE / "golden"
 # Recipes whose conversion must stop: exactly the keys it must name.
 BLOCKED = {
     "training/ppo_lora.yaml": ["training.algorithm"],
-    # FAI-RL's flat mode (one templated text, loss on all of it) has no sft_vlm equivalent in posttrain
-    "training/sft_vlm_lora.yaml": ["data.datasets[0].dataset_columns"],
-    "inference/vlm_images.yaml": ["inference.image_columns", "inference.max_image_pixels"],
 }
 
 
@@ -176,3 +173,57 @@ def test_cli_writes_the_recipe_prints_the_table_and_refuses_what_it_cannot_conve
     assert not (tmp_path / "ppo.yaml").exists() and "Traceback" not in blocked.stderr
     already = cli("convert", repo / "recipes/sft/tiny-cpu.yaml")
     assert already.returncode == 2 and "already a posttrain recipe" in already.stderr
+
+
+def test_grpo_without_reward_api_gets_fairl_builtin_rewards_and_templates():
+    """FAI-RL's GRPO/GSPO without a reward_api trains on its four built-in functions and its math templates:
+    posttrain's equivalents, each change stated; the constant-0 placeholder is not carried over."""
+    grpo = convert(read_yaml(HERE / "fairl_corpus/training/grpo_builtin_rewards.yaml"))
+    assert not grpo.blocking
+    assert grpo.recipe["training"]["rewards"] == [{"name": "text_match", "weight": 2.0}, {"name": "format", "weight": 0.5},
+                                                  {"name": "numeric_answer", "weight": 0.5}]
+    notes = {r.key: r.note for r in grpo.rows}
+    assert "raw string" in notes["(built in) exact_match_reward_func"]
+    assert "unbounded below" in notes["(built in) structured_xml_reward_func (count_xml)"]
+    assert "isdigit" in notes["(built in) digit_reward_func"]
+    assert "returns 0.0 for every completion" in notes["(built in) custom_reward_func"]
+    data = grpo.recipe["data"]
+    assert data["datasets"][0]["template"] == "gsm8k" and "template" not in data["datasets"][1]
+    assert "is not supported" in notes["data.datasets[1].name (template)"]  # FAI-RL refused that dataset
+    assert data["few_shot"] is True and "<answer>" in data["system_prompt"] and "use_chat_template" not in data
+    gspo = convert(read_yaml(HERE / "fairl_corpus/training/gspo_builtin_openmath.yaml"))
+    assert gspo.recipe["data"]["datasets"][0]["template"] == "openmathinstruct2"
+    assert [r["name"] for r in gspo.recipe["training"]["rewards"]] == ["text_match", "format", "numeric_answer"]
+    # a recipe with a reward keeps only it
+    assert [r["name"] for r in convert(read_yaml(HERE / "fairl_corpus/training/grpo_lora_reward_api.yaml")).recipe["training"]["rewards"]] == ["http"]
+
+
+def test_builtin_rewards_score_fairl_cases_as_the_table_says():
+    """The table's claims, checked on posttrain's rewards: numbers compare as numbers, the format reward is bounded."""
+    from posttrain.rewards.builtin import get_reward
+
+    text_match, fmt, numeric = get_reward("text_match"), get_reward("format"), get_reward("numeric_answer")
+    assert text_match(["<think>x</think><answer>1,400</answer>"], answer=["1400"]) == [1.0]  # FAI-RL's raw string: 0
+    assert min(fmt(["<think>x</think><answer>4</answer>" + "z" * 2000])) >= 0.5  # FAI-RL's count_xml: 0.5 - 2.0 = -1.5
+    assert numeric(["<answer>-3</answer>", "<answer>2.5</answer>"]) == [1.0, 1.0]  # FAI-RL's isdigit: 0, 0
+
+
+def test_sft_vlm_text_templates_convert_with_completion_only_loss_and_fairl_whole_text_by_a_key():
+    flat = convert(read_yaml(HERE / "fairl_corpus/training/sft_vlm_flat_video.yaml"))
+    assert not flat.blocking
+    spec = flat.recipe["data"]["datasets"][0]
+    assert spec["prompt_template"] == ("You are a helpful multimodal assistant. Answer the user's question based on the video.\n"
+                                       "Question: {question}\nResponse:")
+    assert spec["completion_template"] == "{response}" and spec["video_columns"] == ["clip"]
+    row = next(r for r in flat.rows if r.key == "data.datasets[0].dataset_columns")
+    assert "MEANING CHANGE" in row.note and "text_template" in row.note  # how to train on the whole text, as FAI-RL did
+    assert flat.recipe["data"]["media_timeout"] == 45 and flat.recipe["data"]["media_retries"] == 4
+    split = convert(read_yaml(HERE / "fairl_corpus/training/sft_vlm_split_system.yaml"))
+    spec = split.recipe["data"]["datasets"][0]
+    assert (spec["system_template"], spec["prompt_template"], spec["completion_template"]) == (
+        "You are a helpful multimodal assistant. Answer from the image.", "{question}", "{answer}")
+    # a flat template that does not end with the response column stays one text, trained whole (FAI-RL's behaviour)
+    raw = read_yaml(HERE / "fairl_corpus/training/sft_vlm_flat_video.yaml")
+    raw["data"]["system_prompt"] = "Response: {response}\nQuestion: {question}"
+    assert convert(raw).recipe["data"]["datasets"][0] == {"name": "data/vlm/clips.csv", "video_columns": ["clip"],
+                                                          "text_template": "Response: {response}\nQuestion: {question}"}

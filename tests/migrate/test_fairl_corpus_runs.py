@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 HERE = Path(__file__).parent
 CORPUS = HERE / "fairl_corpus"
 
@@ -108,17 +109,65 @@ def test_grpo_trains_with_the_local_reward_function_and_no_kl(cli, work):
     assert any(m.get("rewards/exact_match/mean") is not None or "reward" in m for m in metrics)
 
 
-def test_sft_vlm_split_mode_trains_on_images(cli, work):
+@pytest.fixture(scope="module")
+def shapes(work) -> Path:
+    """16 coloured-shape images with their questions (posttrain.data.shapes), and FAI-RL-shaped CSVs over them:
+    pets.csv (photo, question, answer) and clips.csv (poster image, clip video, question)."""
+    import csv
     import subprocess
     import sys
 
-    subprocess.run([sys.executable, "-m", "posttrain.data.shapes", str(work / "shapes"), "--n", "16", "--n-test", "4"],
+    folder = work / "shapes"
+    subprocess.run([sys.executable, "-m", "posttrain.data.shapes", str(folder), "--n", "16", "--n-test", "4"],
                    check=True, capture_output=True)
+    rows = [json.loads(line) for line in (folder / "train.jsonl").read_text().splitlines()]
+    with (folder / "pets.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["photo", "question", "answer"])
+        writer.writerows([r["image"], r["prompt"], r["completion"]] for r in rows)
+    return folder
+
+
+def test_sft_vlm_split_mode_trains_on_images(cli, work, shapes):
     recipe = convert(cli, "training/sft_vlm_split.yaml", work / "vlm.yaml")
-    run = train(cli, recipe, work, "model.base_model_name=tiny:llava-2m", f"data.datasets[0].name={work / 'shapes' / 'train.jsonl'}",
+    run = train(cli, recipe, work, "model.base_model_name=tiny:llava-2m", f"data.datasets[0].name={shapes / 'train.jsonl'}",
                 "data.datasets[0].image_columns=[image]", "data.datasets[0].prompt_column=prompt",
                 "data.datasets[0].completion_column=completion", "training.gradient_accumulation_steps=1",
                 "training.per_device_train_batch_size=4")
     resolved = (run / "resolved_recipe.yaml").read_text()
     assert "freeze_vision_tower: true" in resolved and "video_max_frames: null" in resolved  # no video columns: nothing to sample
     assert (run / "adapter_model.safetensors").is_file()
+
+
+def test_sft_vlm_flat_template_trains_on_the_response_and_its_model_generates_from_images_and_video(cli, work, shapes):
+    """FAI-RL's flat sft_vlm template (one .format() text over dataset_columns) trains with the loss on the response;
+    FAI-RL's VLM inference recipe (image and video columns, fetch settings) generates from that model."""
+    pytest.importorskip("av")
+    import av
+    import numpy as np
+
+    recipe = convert(cli, "training/sft_vlm_lora.yaml", work / "vlm-flat.yaml")
+    run = train(cli, recipe, work, "model.base_model_name=tiny:llava-2m", f"data.datasets[0].name={shapes / 'pets.csv'}",
+                "training.gradient_accumulation_steps=1", "training.per_device_train_batch_size=4", "tracking.provider=none")
+    audit = json.loads((run / "run_summary.json").read_text())["token_audit"][0]
+    # the answers ('<answer>bottom right</answer>' and the end of turn) carry the labels, not the instructions and the question
+    assert audit["rows"] == 16 and audit["no_label_rows"] == 0 and audit["label_tokens"]["max"] < 40
+    with av.open(str(shapes / "clip.mp4"), mode="w") as container:
+        stream = container.add_stream("mpeg4", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv420p"
+        for i in range(12):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(np.full((32, 32, 3), 20 * i, np.uint8), format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    (shapes / "clips.csv").write_text("poster,clip,question\nimages/train-00000.png,clip.mp4,What changes?\n"
+                                      "images/train-00001.png,clip.mp4,Is it getting lighter?\n")
+    gen = convert(cli, "inference/vlm_video.yaml", work / "gen-vlm.yaml")
+    out = work / "gen-vlm.jsonl"
+    assert main("generate", "--recipe", gen, f"inference.models=[{run}]", f"inference.dataset={shapes / 'clips.csv'}",
+                f"inference.out={out}", "--max-new-tokens", "4") == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 and all(r["error"] is None and r["completion_tokens"] > 0 for r in rows)
+    parts = [p["type"] for p in rows[0]["prompt"][0]["content"]]
+    assert parts[:5] == ["image"] * 5 and parts[5:] == ["text"]  # the poster, then video_num_frames=4 frames, then the text
+    assert rows[0]["prompt"][0]["content"][5]["text"].startswith("Answer the user's question based on the video.\nQuestion: What changes?")

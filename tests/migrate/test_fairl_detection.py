@@ -78,3 +78,17 @@ def test_every_fairl_key_hint_replaces_did_you_mean(path):
     section, key = path.split(".")
     text = error_of(raw=recipe(**{section: {key: 1}}))
     assert MIGRATIONS[path] in text and "Did you mean" not in text
+
+
+def test_posttrain_vision_recipe_with_one_stale_key_gets_the_one_key_error(repo):
+    """image_columns / video_columns are posttrain keys too: they are no sign of a FAI-RL recipe, so a
+    posttrain sft_vlm recipe with video columns and one stale key is told about that key alone."""
+    import yaml
+
+    raw = yaml.safe_load((repo / "recipes/sft_vlm/tiny-cpu.yaml").read_text())
+    raw["data"]["datasets"][0]["video_columns"] = ["clip"]
+    raw["data"]["datasets"].append({"name": "more.jsonl", "image_columns": ["image"], "video_columns": ["clip"]})
+    raw["data"]["video_num_frames"] = 8  # FAI-RL's name for data.video_max_frames
+    text = error_of(raw=raw)
+    assert "looks like a FAI-RL" not in text
+    assert text.startswith("1 problem in the recipe:") and "data.video_num_frames" in text

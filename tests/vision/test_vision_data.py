@@ -132,3 +132,40 @@ def test_video_sampling_keys_without_video_columns_are_dead(repo):
 
     with pytest.raises(RecipeError, match="no dataset has video_columns"):
         load_recipe(repo / "recipes/sft_vlm/tiny-cpu.yaml", ["data.video_fps=2"])
+
+
+def test_row_templates_build_vision_rows(tmp_path):
+    """sft_vlm reads str.format row templates (FAI-RL's dataset_columns + .format() prompts): prompt/completion
+    templates make a user turn with the images and an assistant turn; a text_template makes one user turn
+    (trained on whole, FAI-RL's flat mode); a template naming a missing column is an error naming it."""
+    image = _png(tmp_path / "a.png", "red")
+    data = _write(tmp_path / "d.jsonl", [{"photo": image, "question": "Which colour?", "answer": "red"}])
+    spec = DatasetSpec(name=str(data), image_columns=["photo"], system_template="Answer in one word.",
+                       prompt_template="Q: {question}", completion_template="{answer}")
+    ds, report = prepare_vision_dataset(spec, "data.datasets[0]", DataSection(datasets=[spec]), seed=0)
+    assert report.format == "prompt_completion+images"
+    system, user = ds[0]["prompt"]
+    assert system["content"] == [{"type": "text", "text": "Answer in one word."}]
+    assert [p["type"] for p in user["content"]] == ["image", "text"] and user["content"][1]["text"] == "Q: {question}".format(question="Which colour?")
+    assert ds[0]["completion"] == [{"role": "assistant", "content": [{"type": "text", "text": "red"}]}]
+    flat = DatasetSpec(name=str(data), image_columns=["photo"], text_template="Q: {question}\nA: {answer}")
+    ds, report = prepare_vision_dataset(flat, "data.datasets[0]", DataSection(datasets=[flat]), seed=0)
+    assert report.format == "text+images"
+    assert ds[0]["messages"] == [{"role": "user", "content": [{"type": "image", "text": None},
+                                                              {"type": "text", "text": "Q: Which colour?\nA: red"}]}]
+    bad = DatasetSpec(name=str(data), image_columns=["photo"], text_template="{question} {response}")
+    with pytest.raises(UserError, match=r"data.datasets\[0\].text_template: column 'response' not found"):
+        prepare_vision_dataset(bad, "data.datasets[0]", DataSection(datasets=[bad]), seed=0)
+
+
+def test_media_timeout_and_retries_reach_the_media_loader_and_need_images(repo):
+    from posttrain.data.vision import media_settings
+    from posttrain.recipe.errors import RecipeError
+    from posttrain.recipe.load import load_recipe
+
+    spec = DatasetSpec(name="d.jsonl", image_columns=["image"])
+    settings = media_settings(DataSection(datasets=[spec], media_timeout=4.5, media_retries=0))
+    assert (settings.timeout_s, settings.retries) == (4.5, 0)
+    assert media_settings(DataSection(datasets=[spec])).timeout_s == 30.0  # the loader's default
+    with pytest.raises(RecipeError, match=r"data.media_timeout only apply to runs with images"):
+        load_recipe(repo / "recipes/sft/tiny-cpu.yaml", ["data.media_timeout=5"])

@@ -54,3 +54,15 @@ def test_image_tokens_never_labelled_even_when_the_template_would(tiny_vlm_dir, 
     assert image_id in _labelled(trl_batch)
     assert image_id not in _labelled(ours)
     assert [t for t in _labelled(trl_batch) if t != image_id] == _labelled(ours)
+
+
+def test_text_template_row_trains_on_the_whole_text_but_never_the_images(tiny_vlm_dir, tmp_path):
+    """FAI-RL's flat mode (a text_template on sft_vlm): one user turn, every text token labelled, image tokens not."""
+    processor = AutoProcessor.from_pretrained(tiny_vlm_dir)
+    image_id = media_token_ids(processor)[0]
+    messages, images = place_media([{"role": "user", "content": content_parts("Q: Which is red?\nA: left")}],
+                                   [Image.new("RGB", (64, 64), "red")], [])
+    config = SFTConfig(output_dir=str(tmp_path), assistant_only_loss=False, max_length=None, report_to="none", bf16=False)
+    batch = media_masking_collator(processor, config, completion_only_loss=False)([{"messages": messages, "images": images}])
+    decoded = processor.tokenizer.decode(_labelled(batch))
+    assert "Q: Which is red?\nA: left" in decoded and image_id not in _labelled(batch)

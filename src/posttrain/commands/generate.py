@@ -63,6 +63,15 @@ def add_parser(subparsers) -> None:
     s.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]; ignored when greedy (default: 1)")
     s.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
 
+    m = p.add_argument_group("images and video (vision-language models; read and placed as sft_vlm training does)")
+    m.add_argument("--image-column", action="append", metavar="C", help="column with each row's image(s) (path, URL, s3://, data URI); repeat for several")
+    m.add_argument("--video-column", action="append", metavar="C", help="column with each row's video; it is given to the model as sampled frames")
+    m.add_argument("--max-image-pixels", type=int, metavar="N", help="downscale larger images (and frames) to N pixels, keeping the aspect ratio")
+    m.add_argument("--video-fps", type=float, metavar="F", help="frames sampled per second of video (default: the media loader's)")
+    m.add_argument("--video-max-frames", type=int, metavar="N", help="at most N frames per video, evenly spaced")
+    m.add_argument("--media-timeout", type=float, metavar="S", help="seconds to connect to / between reads of a media download (default 30)")
+    m.add_argument("--media-retries", type=int, metavar="N", help="extra attempts for a media download worth retrying (default 3)")
+
     add_engine_arguments(p)
     add_tool_arguments(p)
 
@@ -93,7 +102,7 @@ def run(args) -> int:
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     check_params(params)
     options = engine_options_per_model(args, {spec: engine_kind(spec) for spec in args.model})
-    prompts = load_prompts(args)
+    prompts, shown = load_prompts(args)
     out = Path(args.out)
     if args.csv and out.suffix == ".csv":
         raise UserError(f"--out {args.out}: with --csv the CSV goes beside the JSONL output; give --out a .jsonl name")
@@ -118,7 +127,7 @@ def run(args) -> int:
             start = time.perf_counter()
             completions = engine.generate(prompts, params)
             seconds = time.perf_counter() - start
-            for i, (prompt, completion) in enumerate(zip(prompts, completions)):
+            for i, (prompt, completion) in enumerate(zip(shown, completions)):
                 row = output_row(engine.name, i, prompt, completion, params, tools=toolbox is not None)
                 jsonl.write(json.dumps(row, ensure_ascii=False) + "\n")
                 if writer:
@@ -133,8 +142,10 @@ def run(args) -> int:
     return 0
 
 
-def load_prompts(args) -> list:
-    """The prompts, checked: each a non-empty string or a list of {role, content} messages."""
+def load_prompts(args) -> tuple[list, list]:
+    """(the prompts for the engines, the prompts as the output shows them), checked: each a non-empty string
+    or a list of {role, content} messages. They are the same unless the rows' images and videos go in
+    (--image-column / --video-column): then the engines get the decoded images and the output placeholders."""
     from pathlib import Path
 
     from posttrain.errors import UserError
@@ -150,20 +161,64 @@ def load_prompts(args) -> list:
             if args.prompt_column or getattr(args, "prompt_template", None) or getattr(args, "system_prompt", None):
                 raise UserError(f"--prompt-column/--prompt-template/--system-prompt do not apply to a .txt prompts file ({args.prompts}): every line is a prompt")
         elif path.suffix == ".jsonl":
-            where = f"--prompts {args.prompts}"
-            values = templated_prompts(read_jsonl(path), args, where)
+            where, rows = f"--prompts {args.prompts}", read_jsonl(path)
+            values = templated_prompts(rows, args, where)
         else:
             raise UserError(f"--prompts {args.prompts}: expected a .jsonl or .txt file; for .json/.csv/.parquet use --dataset {args.prompts}")
     else:
-        where = f"--dataset {args.dataset}"
-        values = templated_prompts(dataset_rows(args), args, where)
+        where, rows = f"--dataset {args.dataset}", dataset_rows(args)
+        values = templated_prompts(rows, args, where)
     values = values[: args.n] if args.n else values
     if not values:
         raise UserError(f"{where}: no prompts found")
     for i, value in enumerate(values):
         if not is_prompt(value):
             raise UserError(f"{where}: prompt {i} is neither a non-empty string nor a list of {{'role', 'content'}} messages: {str(value)[:120]!r}")
-    return values
+    media = media_options(args)
+    if media.any:
+        if path_is_txt(args):
+            raise UserError(f"--image-column/--video-column need rows with columns; {args.prompts} is a .txt file of prompts")
+        from posttrain.data.vision import media_base_dir
+        from posttrain.generation.media_prompts import attach_media
+
+        return attach_media(rows, values, media, media_base_dir(args.prompts or args.dataset), where)
+    unused = [flag for flag, value in media_flags(args).items() if value is not None]
+    if unused:
+        raise UserError(f"{', '.join(unused)} apply to images and videos: give --image-column or --video-column (or remove them)")
+    return values, values
+
+
+MEDIA_FLAGS = {"--max-image-pixels": "max_image_pixels", "--video-fps": "video_fps", "--video-max-frames": "video_max_frames",
+               "--media-timeout": "media_timeout", "--media-retries": "media_retries"}
+
+
+def media_flags(args) -> dict:
+    return {flag: getattr(args, dest, None) for flag, dest in MEDIA_FLAGS.items()}
+
+
+def path_is_txt(args) -> bool:
+    return args.prompts is not None and str(args.prompts).endswith(".txt")
+
+
+def media_options(args):
+    from posttrain.errors import UserError
+    from posttrain.generation.media_prompts import MediaOptions
+
+    videos = getattr(args, "video_column", None) or []
+    if not videos and (getattr(args, "video_fps", None) is not None or getattr(args, "video_max_frames", None) is not None):
+        raise UserError("--video-fps/--video-max-frames sample videos: give --video-column (or remove them)")
+    for flag, value, low in (("--max-image-pixels", getattr(args, "max_image_pixels", None), 1),
+                             ("--video-max-frames", getattr(args, "video_max_frames", None), 1),
+                             ("--media-retries", getattr(args, "media_retries", None), 0)):
+        if value is not None and value < low:
+            raise UserError(f"{flag} must be at least {low}, got {value}")
+    for flag, value in (("--video-fps", getattr(args, "video_fps", None)), ("--media-timeout", getattr(args, "media_timeout", None))):
+        if value is not None and value <= 0:
+            raise UserError(f"{flag} must be above 0, got {value}")
+    return MediaOptions(image_columns=list(getattr(args, "image_column", None) or []), video_columns=list(videos),
+                        max_image_pixels=getattr(args, "max_image_pixels", None), video_fps=getattr(args, "video_fps", None),
+                        video_max_frames=getattr(args, "video_max_frames", None), timeout_s=getattr(args, "media_timeout", None),
+                        retries=getattr(args, "media_retries", None))
 
 
 def templated_prompts(rows: list[dict], args, where: str) -> list:

@@ -15,6 +15,7 @@ RENAMED = {
     "use_chat_template": ("no_chat_template", lambda v: not v),
     "progress": ("no_progress", lambda v: not v),
     "image_columns": ("image_column", list),
+    "video_columns": ("video_column", list),
     "arms": ("arm", lambda arms: [f"{name}={spec}" for name, spec in arms.items()]),
 }
 

@@ -113,35 +113,40 @@ def _problem(fmt: str, row: dict) -> str | None:
     return None
 
 
-def render_templates(raw, spec, key: str):
-    """Rows built from the spec's str.format templates: {'text'} or chat {'prompt', 'completion'}.
-
-    A template naming a column the data lacks is an error (FAI-RL silently trained on the
-    unrendered template text instead). Returns (dataset, format) or (raw, None) without templates.
-    """
+def check_template_columns(templates: dict[str, str], columns: list[str], key: str) -> None:
+    """A template naming a column the data lacks is an error (FAI-RL silently trained on the
+    unrendered template text instead)."""
     from string import Formatter
 
+    for setting, template in templates.items():
+        for name in {f for _, f, _, _ in Formatter().parse(template) if f is not None}:
+            if name not in columns:
+                raise UserError(f"{key}.{setting}: column {name!r} not found; the data has columns {columns}.")
+
+
+def render_row(templates: dict[str, str], record: dict) -> dict:
+    """One row from str.format templates: {'text'} (text_template) or the chat pair {'prompt', 'completion'}
+    (an optional system turn and the user turn; the assistant turn)."""
+    def fill(template: str) -> str:
+        return template.format(**{k: "" if v is None else v for k, v in record.items()})
+
+    if "text_template" in templates:
+        return {"text": fill(templates["text_template"])}
+    prompt = [{"role": "system", "content": fill(templates["system_template"])}] if "system_template" in templates else []
+    prompt.append({"role": "user", "content": fill(templates["prompt_template"])})
+    return {"prompt": prompt, "completion": [{"role": "assistant", "content": fill(templates["completion_template"])}]}
+
+
+def render_templates(raw, spec, key: str):
+    """Rows built from the spec's str.format templates: {'text'} or chat {'prompt', 'completion'}.
+    Returns (dataset, format) or (raw, None) without templates."""
     import datasets
 
     templates = spec.row_templates
     if not templates:
         return raw, None
-    for setting, template in templates.items():
-        for name in {f for _, f, _, _ in Formatter().parse(template) if f is not None}:
-            if name not in raw.column_names:
-                raise UserError(f"{key}.{setting}: column {name!r} not found; the data has columns {raw.column_names}.")
-
-    def fill(template: str, record: dict) -> str:
-        return template.format(**{k: "" if v is None else v for k, v in record.items()})
-
-    rows = []
-    for record in raw:
-        if "text_template" in templates:
-            rows.append({"text": fill(templates["text_template"], record)})
-            continue
-        prompt = [{"role": "system", "content": fill(templates["system_template"], record)}] if "system_template" in templates else []
-        prompt.append({"role": "user", "content": fill(templates["prompt_template"], record)})
-        rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": fill(templates["completion_template"], record)}]})
+    check_template_columns(templates, raw.column_names, key)
+    rows = [render_row(templates, record) for record in raw]
     return datasets.Dataset.from_list(rows), ("text" if "text_template" in templates else "prompt_completion")
 
 

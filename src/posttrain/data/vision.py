@@ -1,5 +1,6 @@
-"""Vision-language rows: text (prompt/completion, messages, or a question/response pair mapped with
-prompt_column/completion_column) plus the images and video frames of `image_columns` / `video_columns`.
+"""Vision-language rows: text (prompt/completion, messages, a question/response pair mapped with
+prompt_column/completion_column, or rows rendered from the dataset's str.format templates) plus the
+images and video frames of `image_columns` / `video_columns`.
 
 Each row becomes TRL's vision format: chat messages whose content is a list of parts
 (`{"type": "text", "text": ...}` or `{"type": "image"}`) and an `images` column with the images in
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from posttrain.errors import UserError
 
-from .formats import ROLES, DataReport, _columns_for, detect_format, hold_out, mix
+from .formats import ROLES, DataReport, _columns_for, check_template_columns, detect_format, hold_out, mix, render_row
 from .sources import load_split
 from .token_audit import ROW_COLUMN, SOURCE_COLUMN
 
@@ -46,7 +47,8 @@ def media_settings(data_cfg):
     """The media loader's settings for this recipe's data section."""
     from .media import MediaSettings
 
-    return MediaSettings(max_image_pixels=data_cfg.max_image_pixels)
+    given = {"timeout_s": data_cfg.media_timeout, "retries": data_cfg.media_retries}
+    return MediaSettings(max_image_pixels=data_cfg.max_image_pixels, **{k: v for k, v in given.items() if v is not None})
 
 
 def prefetch_urls(raw, spec, settings) -> None:
@@ -163,6 +165,21 @@ def chat_messages(row: dict, fmt: str) -> list[dict]:
     return [{"role": "user", "content": content_parts(prompt)}, {"role": "assistant", "content": content_parts(completion)}]
 
 
+def template_messages(rendered: dict) -> list[dict]:
+    """A row rendered from the dataset's str.format templates (`formats.render_row`) as chat messages
+    with content parts. A text_template's text is one user turn, trained on whole (FAI-RL's flat
+    mode: the model learns the rendered text, response included); prompt/completion templates make
+    a user turn (after an optional system turn) and an assistant turn, trained on the assistant's."""
+    if "text" in rendered:
+        if not rendered["text"].strip():
+            raise DropRow("empty_text_after_template")
+        return [{"role": "user", "content": content_parts(rendered["text"])}]
+    messages = [{"role": m["role"], "content": content_parts(m["content"])} for m in rendered["prompt"] + rendered["completion"]]
+    if not _text(messages[-1]):
+        raise DropRow("empty_completion_after_template")
+    return messages
+
+
 def _text(message: dict) -> str:
     return "".join(p["text"] for p in message["content"] if p["type"] == "text").strip()
 
@@ -185,18 +202,23 @@ def prepare_vision_dataset(spec, key: str, data_cfg, seed: int, *, prompt_only: 
     if prompt_only and spec.answer_column not in raw.column_names:
         raise UserError(f"{key} ({spec.name}): column {spec.answer_column!r} not found; the data has columns {raw.column_names}. "
                         f"Map yours with {key}.answer_column=<column>.")
-    fmt = "prompt_completion" if prompt_only else detect_format(spec, raw.column_names, "sft")
-    if fmt not in ("messages", "prompt_completion"):
+    templates = {} if prompt_only else spec.row_templates
+    if templates:
+        check_template_columns(templates, raw.column_names, key)
+        fmt = "text" if "text_template" in templates else "prompt_completion"
+    else:
+        fmt = "prompt_completion" if prompt_only else detect_format(spec, raw.column_names, "sft")
+    if not templates and fmt not in ("messages", "prompt_completion"):
         raise UserError(f"{key} ({spec.name}): vision-language rows need a chat ('{spec.messages_column}') or "
                         f"'{spec.prompt_column}'/'{spec.completion_column}' columns; found {raw.column_names}. "
                         f"Map yours with {key}.prompt_column / completion_column / messages_column.")
-    mapping = _columns_for(spec, fmt)
+    mapping = {} if templates else _columns_for(spec, fmt)
     if prompt_only:
         mapping = {"prompt": spec.prompt_column}
     missing = [src for src in mapping.values() if src not in raw.column_names]
     if missing:
         raise UserError(f"{key} ({spec.name}): column {missing[0]!r} not found; the data has columns {raw.column_names}.")
-    base_dir = _base_dir(spec.name)
+    base_dir = media_base_dir(spec.name)
     settings = media_settings(data_cfg)
     prefetch_urls(raw, spec, settings)
     reasons: Counter = Counter()
@@ -205,7 +227,9 @@ def prepare_vision_dataset(spec, key: str, data_cfg, seed: int, *, prompt_only: 
     for index, record in enumerate(raw):
         try:
             row = {trl: record[src] for trl, src in mapping.items()}
-            if prompt_only:
+            if templates:
+                messages = template_messages(render_row(templates, record))
+            elif prompt_only:
                 if not isinstance(row["prompt"], str) or not row["prompt"].strip():
                     raise DropRow("empty_prompt")
                 messages = [{"role": "user", "content": content_parts(row["prompt"])}]
@@ -227,10 +251,10 @@ def prepare_vision_dataset(spec, key: str, data_cfg, seed: int, *, prompt_only: 
             taken = ("prompt", "images", "image", "completion", "messages", "chosen", "rejected", "answer")
             extra = {k: v for k, v in record.items() if k not in media_cols and k not in taken}
             rows.append({**extra, "prompt": messages, "images": ordered, "answer": str(record[spec.answer_column])})
-        elif fmt == "messages":
+        elif fmt in ("messages", "text"):
             rows.append({"messages": messages, "images": ordered, SOURCE_COLUMN: key, ROW_COLUMN: index})
         else:
-            rows.append({"prompt": messages[:1], "completion": messages[1:], "images": ordered, SOURCE_COLUMN: key, ROW_COLUMN: index})
+            rows.append({"prompt": messages[:-1], "completion": messages[-1:], "images": ordered, SOURCE_COLUMN: key, ROW_COLUMN: index})
     report = DataReport(key, spec.name, f"{fmt}+images", len(raw), len(rows), reasons, dict(rows_by_reason))
     if not rows:
         raise UserError(f"{key} ({spec.name}): no usable rows; {report.render().split(': ', 1)[1]}")
@@ -241,7 +265,7 @@ def prepare_vision_dataset(spec, key: str, data_cfg, seed: int, *, prompt_only: 
     return ds, report
 
 
-def _base_dir(name: str) -> Path:
+def media_base_dir(name: str) -> Path:
     """Relative media paths are read from the data file's folder (the cache copy's for s3:// data)."""
     from posttrain.storage.location import is_s3_uri
 

@@ -229,9 +229,9 @@ def _shared(conv: Conversion, body: dict, out: dict, kind: str) -> None:
             continue
         if key in MEDIA:
             if value in (None, [], ""):
-                conv.add(k, note="unset: no media")
-            elif key == "image_columns" and kind == "inference":
-                conv.add(k, note="this build of posttrain has no image columns for generation (vision-language inference)", blocking=True)
+                conv.add(k, note="unset: no media" if key.endswith("columns") else "unset: the default")
+            elif kind == "inference":
+                _media(conv, body, out, key, value)
             else:
                 conv.add(k, note="this build of posttrain has no vision-language setting for it", blocking=True)
         elif key in ("s3_region", "s3_endpoint_url"):
@@ -243,3 +243,40 @@ def _shared(conv: Conversion, body: dict, out: dict, kind: str) -> None:
             conv.add(k, note="only with s3_upload_results")
         else:
             conv.add(k, note=f"not a FAI-RL {kind} key", blocking=True)
+
+
+# FAI-RL inference media keys -> `posttrain generate`'s (posttrain.generation.media_prompts): one loader, one
+# timeout and one retry count for images and videos alike.
+MEDIA_TARGETS = {"image_columns": "image_columns", "video_columns": "video_columns", "max_image_pixels": "max_image_pixels",
+                 "video_num_frames": "video_max_frames", "video_fps": "video_fps", "image_fetch_timeout": "media_timeout",
+                 "video_fetch_timeout": "media_timeout", "image_fetch_retries": "media_retries", "video_fetch_retries": "media_retries"}
+
+
+def _media(conv: Conversion, body: dict, out: dict, key: str, value) -> None:
+    k = f"inference.{key}"
+    target = MEDIA_TARGETS.get(key)
+    if target in ("media_timeout", "media_retries"):
+        both = [f"inference.{o}" for o, t in MEDIA_TARGETS.items() if t == target and body.get(o) is not None]
+        out[target] = max(value, out.get(target, value))
+        conv.add(k, f"inference.{target}", f"one setting for image and video downloads: the larger of {' and '.join(both)} is "
+                 "written" if len(both) > 1 else "the same, for image and video downloads alike")
+    elif target == "video_columns":
+        out[target] = list(value)
+        conv.add(k, f"inference.{target}", "each video reaches the model as its sampled frames, one image each (as posttrain's "
+                 "sft_vlm trains on them); FAI-RL handed the frames to the processor as a video")
+    elif target == "image_columns":
+        out[target] = list(value)
+        conv.add(k, f"inference.{target}", "the images go before the prompt's text in the user turn, as in FAI-RL (or where "
+                 "the text says <image>)")
+    elif target:
+        out[target] = value
+        conv.add(k, f"inference.{target}", "" if target == key else "renamed")
+    elif key.endswith("cache_dir"):
+        conv.add(k, note="posttrain caches downloaded media once per machine ($POSTTRAIN_CACHE/media); no per-recipe folder")
+    elif key.endswith(("s3_region", "s3_endpoint_url")):
+        conv.add(k, note="s3:// media are read with the AWS environment (AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3)")
+    elif key == "video_backend":
+        conv.add(k, note="posttrain decodes videos with PyAV" + (", as this recipe asked" if value == "pyav" else
+                 f"; {value!r} samples the same evenly spaced frames"))
+    else:
+        conv.add(k, note="this build of posttrain has no vision-language setting for it", blocking=True)

@@ -58,6 +58,7 @@ MEDIA_DATA_KEYS = [f"{m}_{s}" for m in ("image", "video") for s in ("cache_dir",
 
 # FAI-RL media settings -> posttrain's names; the loader settings have no per-recipe key in posttrain.
 MEDIA_RENAMED = {"video_num_frames": "video_max_frames"}
+MEDIA_FETCH_KEYS = {f"{m}_fetch_{s}": f"data.media_{s}" for m in ("image", "video") for s in ("timeout", "retries")}
 MEDIA_LOADER_KEYS = {k for k in MEDIA_DATA_KEYS if k.endswith(("cache_dir", "fetch_timeout", "fetch_retries", "s3_region", "s3_endpoint_url"))} | {"video_backend"}
 
 
@@ -101,11 +102,12 @@ def convert_training(raw: dict, source: str = "recipe") -> Conversion:
     for top in raw:
         if top not in ("model", "data", "training", "wandb", "s3", "reward_api", "local_reward_function"):
             conv.add(top, note="not a section of a FAI-RL training recipe (FAI-RL would have rejected it)", blocking=True)
+    builtin = algorithm in ("grpo", "gspo") and not _has_reward(raw)
     _algorithm(conv, out, algorithm)
     _model(conv, out, dict(raw.get("model") or {}), algorithm)
-    _data(conv, out, dict(raw.get("data") or {}), algorithm)
+    _data(conv, out, dict(raw.get("data") or {}), algorithm, builtin)
     _training(conv, out, training, algorithm, dict(raw.get("data") or {}))
-    _rewards(conv, out, raw, algorithm)
+    _rewards(conv, out, raw, algorithm, builtin)
     _wandb(conv, out, raw)
     _s3(conv, out, raw)
     conv.recipe = {k: v for k, v in out.items() if v or k in ("model", "data", "training")}
@@ -216,21 +218,8 @@ def _templates(conv: Conversion, spec: dict, data: dict, i: int, algorithm: str)
     system, user, assistant = data.get("system_prompt"), data.get("user_prompt"), data.get("assistant_prompt")
     key = f"data.datasets[{i}]"
     pure = lambda t: isinstance(t, str) and t.startswith("{") and t.endswith("}") and t[1:-1].isidentifier()  # noqa: E731
-    if algorithm == "sft_vlm" and pure(user) and pure(assistant) and system:
-        conv.add(f"{key}.dataset_columns", f"{key}.prompt_column/completion_column",
-                 f"user_prompt {user} and assistant_prompt {assistant} name one column each: read as the prompt and completion")
-        conv.add("data.system_prompt", note="posttrain's sft_vlm has no system-prompt setting: put the system turn into chat "
-                 "rows (messages_column) or drop it from the recipe", blocking=True)
-        return {"prompt_column": user[1:-1], "completion_column": assistant[1:-1]}
-    if algorithm == "sft_vlm" and pure(user) and pure(assistant):
-        conv.add(f"{key}.dataset_columns", f"{key}.prompt_column/completion_column",
-                 f"user_prompt {user} and assistant_prompt {assistant} name one column each: read as the prompt and completion")
-        return {"prompt_column": user[1:-1], "completion_column": assistant[1:-1]}
-    if algorithm == "sft_vlm" and columns and (system or user):
-        conv.add(f"{key}.dataset_columns", note="posttrain's sft_vlm reads a prompt and a completion column (or chats) beside the "
-                 "image columns; FAI-RL's str.format templates over dataset_columns have no sft_vlm equivalent: write the "
-                 "rendered prompt and response as columns", blocking=True)
-        return None
+    if algorithm == "sft_vlm":
+        return _vlm_templates(conv, key, columns, system, user, assistant, pure)
     if algorithm not in ("sft", "sft_vlm"):
         if columns:
             conv.add(f"{key}.dataset_columns", note=f"FAI-RL's {algorithm} never read it")
@@ -252,7 +241,73 @@ def _templates(conv: Conversion, spec: dict, data: dict, i: int, algorithm: str)
     return None
 
 
-def _data(conv: Conversion, out: dict, data: dict, algorithm: str) -> None:
+def _vlm_templates(conv: Conversion, key: str, columns, system, user, assistant, pure):
+    """FAI-RL's sft_vlm text: split mode (user_prompt + assistant_prompt, loss on the assistant turn) or flat mode
+    (data.system_prompt over dataset_columns, else the columns joined by newlines: one user turn, loss on all of it)."""
+    if user and assistant:
+        if pure(user) and pure(assistant) and not system:
+            conv.add(f"{key}.dataset_columns", f"{key}.prompt_column/completion_column",
+                     f"user_prompt {user} and assistant_prompt {assistant} name one column each: read as the prompt and completion")
+            return {"prompt_column": user[1:-1], "completion_column": assistant[1:-1]}
+        out = {"prompt_template": user, "completion_template": assistant}
+        if system:
+            out["system_template"] = system
+        conv.add(f"{key}.dataset_columns", f"{key}.{'system_template/' if system else ''}prompt_template/completion_template",
+                 "FAI-RL's split mode: " + ("a system turn, " if system else "") + "the user turn (with the images) and the "
+                 "assistant turn, loss on the assistant turn, as in posttrain; a missing column is an error (FAI-RL sent the "
+                 "unrendered template)")
+        return out
+    if not columns:
+        return None
+    template = system or "\n".join("{" + c + "}" for c in columns)
+    whole = "data.system_prompt over dataset_columns" if system else "dataset_columns joined by newlines"
+    split = _split_at_last_field(template, str(columns[-1]))
+    if split is None:
+        conv.add(f"{key}.dataset_columns", f"{key}.text_template",
+                 f"FAI-RL rendered {whole} as one user turn (with the images) and trained on all of it; so does text_template. "
+                 f"The template does not end with the response column {{{columns[-1]}}}, so there is no response to train on "
+                 "alone (posttrain's prompt_template + completion_template would)")
+        return {"text_template": template}
+    prompt, completion = split
+    conv.add(f"{key}.dataset_columns", f"{key}.prompt_template/completion_template",
+             f"MEANING CHANGE: FAI-RL rendered {whole} as ONE user turn (with the images) and trained on all of it: the "
+             "instructions and the question as well as the response, which the model learned as part of the user's message. "
+             f"Converted: the template up to {{{columns[-1]}}} is the user turn and the rest the assistant turn, with the loss on "
+             "the assistant turn (posttrain's default). To train as FAI-RL did, write instead "
+             f"{key}.text_template: {template!r} (one user turn, loss on the whole text)")
+    return {"prompt_template": prompt, "completion_template": completion}
+
+
+def _split_at_last_field(template: str, response: str) -> tuple[str, str] | None:
+    """(text before the template's last field, that field and the rest), when the last field is `response` and text
+    comes before it; trailing whitespace trimmed on both sides (the chat template separates the turns)."""
+    from string import Formatter
+
+    try:
+        parts = list(Formatter().parse(template))
+    except ValueError:
+        return None
+    last = max((i for i, p in enumerate(parts) if p[1] is not None), default=None)
+    if last is None or parts[last][1] != response:
+        return None
+    escape = lambda text: text.replace("{", "{{").replace("}", "}}")  # noqa: E731
+
+    def render(items) -> str:
+        out = ""
+        for literal, field, spec, conversion in items:
+            out += escape(literal)
+            if field is not None:
+                out += "{" + field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+        return out
+
+    before = render(parts[:last]) + escape(parts[last][0])
+    after = render([("", *parts[last][1:])] + parts[last + 1:])
+    if not before.strip():
+        return None
+    return before.rstrip(), after.rstrip()
+
+
+def _data(conv: Conversion, out: dict, data: dict, algorithm: str, builtin: bool = False) -> None:
     d = out["data"]
     per_algo = {"sft": ("text_column",), "sft_vlm": ("text_column",), "cpt": ("text_column",),
                 "dpo": ("prompt_column", "chosen_column", "rejected_column"),
@@ -294,6 +349,8 @@ def _data(conv: Conversion, out: dict, data: dict, algorithm: str) -> None:
                 _s3_setting(conv, out, k, key.removeprefix("s3_"), value)
             else:
                 conv.add(k, note="not a FAI-RL dataset key", blocking=True)
+        if builtin:
+            _builtin_template(conv, new, spec, i)
         made = _templates(conv, spec, data, i, algorithm)
         if made:
             new.update(made)
@@ -305,7 +362,9 @@ def _data(conv: Conversion, out: dict, data: dict, algorithm: str) -> None:
         if key == "datasets":
             continue
         if key in ("system_prompt", "user_prompt", "assistant_prompt"):
-            if algorithm in ("grpo", "gspo") and key == "system_prompt":
+            if builtin and key == "system_prompt":
+                conv.add(k, note=f"FAI-RL's {algorithm} without a reward_api never read it: its dataset templates set the system turn")
+            elif algorithm in ("grpo", "gspo") and key == "system_prompt":
                 if value:
                     d["system_prompt"] = value
                     conv.add(k, k, "a literal system turn before each prompt, as in FAI-RL (it was not a template there either)")
@@ -346,9 +405,16 @@ def _data(conv: Conversion, out: dict, data: dict, algorithm: str) -> None:
             target = f"data.{MEDIA_RENAMED.get(key, key)}"
             if value is None:
                 conv.add(k, note="null: the default")
+            elif key in MEDIA_FETCH_KEYS and algorithm == "sft_vlm" and schema_has(MEDIA_FETCH_KEYS[key]):
+                name = MEDIA_FETCH_KEYS[key].split(".")[1]
+                both = [f"data.{other}" for other, setting in MEDIA_FETCH_KEYS.items() if setting == MEDIA_FETCH_KEYS[key]
+                        and data.get(other) is not None]
+                d[name] = max(value, d.get(name, value))
+                conv.add(k, MEDIA_FETCH_KEYS[key], "one setting for image and video downloads in posttrain: the larger of "
+                         f"{' and '.join(both)} is written" if len(both) > 1 else "the same, for image and video downloads alike")
             elif key in MEDIA_LOADER_KEYS and schema_has("data.datasets[i].image_columns"):
-                conv.add(k, note="posttrain's media loader caches downloads per machine (~/.cache/posttrain), retries with the "
-                         "shared HTTP rule and reads s3:// with the AWS environment; no per-recipe setting")
+                conv.add(k, note="posttrain's media loader caches downloads per machine (~/.cache/posttrain) and reads s3:// "
+                         "with the AWS environment; no per-recipe setting")
             elif key in ("video_num_frames", "video_fps") and not any((ds or {}).get("video_columns") for ds in data.get("datasets") or []):
                 conv.add(k, note="no dataset has video_columns, so FAI-RL sampled no video frames either; nothing to carry over")
             elif algorithm == "sft_vlm" and schema_has(target):
@@ -358,7 +424,17 @@ def _data(conv: Conversion, out: dict, data: dict, algorithm: str) -> None:
                 conv.add(k, note=f"this build of posttrain has no vision-language data key {target}", blocking=True)
         else:
             conv.add(k, note="not a FAI-RL data key", blocking=True)
-    if algorithm in ("grpo", "gspo") and not data.get("system_prompt"):
+    if builtin:
+        d["system_prompt"] = FAIRL_MATH_SYSTEM_PROMPT
+        conv.add("data.system_prompt (absent)", "data.system_prompt", "FAI-RL's math templates sent this system turn (answer in "
+                 "<think>/<answer> tags) through the chat template; written so. Delete it for posttrain's own math prompt, the one "
+                 "`posttrain eval` sends")
+        if any(ds.get("template") for ds in d["datasets"]):
+            d["few_shot"] = True
+            conv.add("data.few_shot (absent)", "data.few_shot=true", "FAI-RL's math templates put one worked example (a user "
+                     "question and an assistant answer in the tags) before each question; posttrain's few_shot does the same "
+                     "with its own example (Mia's shells, not FAI-RL's largest single-digit prime)")
+    elif algorithm in ("grpo", "gspo") and not data.get("system_prompt"):
         d["use_chat_template"] = False
         conv.add("data.system_prompt (absent)", "data.use_chat_template=false",
                  "FAI-RL sent each prompt as raw text when no system_prompt was set; posttrain would wrap it in the chat template")
@@ -554,8 +630,61 @@ def _rl(conv: Conversion, t: dict, training: dict, data: dict, algorithm: str) -
         conv.add(label, "training.steps_per_generation")
 
 
-def _rewards(conv: Conversion, out: dict, raw: dict, algorithm: str) -> None:
+def _has_reward(raw: dict) -> bool:
+    local = raw.get("local_reward_function")
+    return isinstance(raw.get("reward_api"), dict) or (isinstance(local, dict) and bool(local.get("function")))
+
+
+# FAI-RL's GRPO/GSPO trainers without a reward_api (trainers/grpo_trainer.py, gspo_trainer.py): dataset templates
+# (trainers/templates/*_template.py) by hub name, and four reward functions (trainers/rewards/*.py).
+FAIRL_TEMPLATES = {"openai/gsm8k": "gsm8k", "nvidia/OpenMathInstruct-2": "openmathinstruct2"}
+FAIRL_MATH_SYSTEM_PROMPT = "\nRespond in the following format:\n\n<think>\n...\n</think>\n<answer>\n...\n</answer>\n"
+# (FAI-RL function, posttrain reward written, what changes)
+FAIRL_BUILTIN_REWARDS = [
+    ("exact_match_reward_func", {"name": "text_match", "weight": 2.0},
+     "2.0 when the answer equals the gold, as FAI-RL paid. FAI-RL compared the text after the last <answer> as a raw string "
+     "('1,400' != '1400', '7.0' != '7', any case difference fails; a completion without tags was compared whole); posttrain's "
+     "text_match needs exactly one <answer> block and compares numbers as numbers, text case-insensitively: the strict score "
+     "`posttrain eval` gives"),
+    ("structured_xml_reward_func (count_xml)", {"name": "format", "weight": 0.5},
+     "at most 0.5, as in FAI-RL. FAI-RL's count_xml paid 0.125 per tag present once, in any order, and took 0.001 per character "
+     "after </answer> off without a floor (a 2,000-character tail scored -1.5: unbounded below); posttrain's format reward "
+     "(weight 0.5) pays only <think> then one non-empty <answer>, in order, and text outside costs at most half of it"),
+    ("digit_reward_func", {"name": "numeric_answer", "weight": 0.5},
+     "0.5 when the answer is a number, as in FAI-RL; FAI-RL's str.isdigit() refused signs, decimals and commas ('-3', '2.5'), "
+     "posttrain's numeric_answer takes any one number in one <answer> block"),
+]
+
+
+def _builtin_template(conv: Conversion, new: dict, spec: dict, i: int) -> None:
+    """FAI-RL's math templates by dataset name -> posttrain's dataset templates (same columns and gold rule)."""
+    name = spec.get("name")
+    template = FAIRL_TEMPLATES.get(name)
+    key = f"data.datasets[{i}].name"
+    if template:
+        new["template"] = template
+        conv.add(f"{key} (template)", f"data.datasets[{i}].template={template}",
+                 f"FAI-RL's {template} template: the gold answer " + ("after '####'" if template == "gsm8k" else "as written")
+                 + ", the question after a system turn and one worked example")
+    else:
+        conv.add(f"{key} (template)", f"data.datasets[{i}].template=none",
+                 f"FAI-RL DEFECT: without a reward_api its trainer formats only openai/gsm8k and nvidia/OpenMathInstruct-2 and "
+                 f"stopped with 'Dataset {name!r} is not supported'; converted: the prompt column as the question after FAI-RL's "
+                 "system turn (no worked example: posttrain's few_shot belongs to its math templates), the answer column as the gold")
+
+
+def _rewards(conv: Conversion, out: dict, raw: dict, algorithm: str, builtin: bool = False) -> None:
     rewards = []
+    if builtin:
+        for function, reward, note in FAIRL_BUILTIN_REWARDS:
+            rewards.append(dict(reward))
+            conv.add(f"(built in) {function}", f"training.rewards[{len(rewards) - 1}]: {reward['name']}, "
+                     f"weight {reward['weight']}", note)
+        conv.add("(built in) custom_reward_func", note="a placeholder that returns 0.0 for every completion: a "
+                 "constant changes no advantage in a group, so it trained nothing; not carried over (put your own reward in "
+                 "training.rewards as package.module:function)")
+        out["training"]["rewards"] = rewards
+        return
     api, local = raw.get("reward_api"), raw.get("local_reward_function")
     if isinstance(api, dict):
         reward: dict[str, Any] = {"name": "http", "url": api.get("endpoint")}

@@ -111,10 +111,30 @@ def fairl_signs(raw: dict) -> list[str]:
     A posttrain recipe with one stray `wandb:` section still gets the ordinary per-key errors;
     a recipe with a FAI-RL-only section, `wandb.enabled`, or three FAI-RL keys is FAI-RL's.
     """
-    found = [k for k in _paths(raw) if k in FAIRL_KEYS]
+    found = [k for k in _paths(raw) if k in FAIRL_KEYS and not _posttrain_has(k)]
     wandb = raw.get("wandb")
     strong = bool(set(found) & STRONG_SIGNS) or (isinstance(wandb, dict) and "enabled" in wandb)
     return found if strong or len(set(found)) >= 3 else []
+
+
+def _posttrain_has(path: str) -> bool:
+    """Is this key path (``*`` for list items) a key of posttrain's own schema too (image_columns and
+    video_columns, since sft_vlm)? Then it is no sign of FAI-RL: a posttrain recipe holding it and a
+    stale key gets the one-key error."""
+    from .load import _unwrap
+    from .schema import TRAINING_MODELS, Recipe
+
+    parts = [p for p in path.split(".") if p != "*"]
+    if parts[0] == "training":
+        return len(parts) == 2 and any(parts[1] in m.model_fields for m in TRAINING_MODELS.values())
+    model = Recipe
+    for part in parts:
+        info = model.model_fields.get(part) if model is not None else None
+        if info is None:
+            return False
+        found = _unwrap(info.annotation)
+        model = found[0] if found else None
+    return True
 
 
 def _paths(raw: dict):

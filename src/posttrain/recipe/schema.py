@@ -168,19 +168,21 @@ class DatasetSpec(Section):
         "gold from `expected_answer`, same system prompt. Column keys you set explicitly win.",
     )
 
-    # Row templates (SFT/CPT): Python str.format() over the row's columns, e.g. "Q: {question}\nA: {answer}".
+    # Row templates (SFT/CPT/sft_vlm): Python str.format() over the row's columns, e.g. "Q: {question}\nA: {answer}".
     text_template: str | None = Field(
         None,
-        description="SFT/CPT: build each row's training text from its columns with Python's str.format ('{question} {answer}'; "
-        "'{{' for a literal brace); loss on the whole text. A row missing a named column is an error naming it.",
+        description="SFT/CPT/sft_vlm: build each row's training text from its columns with Python's str.format ('{question} "
+        "{answer}'; '{{' for a literal brace); loss on the whole text (sft_vlm: the text is one user turn with the row's "
+        "images, FAI-RL's flat mode). A row missing a named column is an error naming it.",
     )
     prompt_template: str | None = Field(
         None,
-        description="SFT: build each row as a chat from its columns: this str.format template is the user turn and "
-        "completion_template the assistant turn (loss on the assistant turn only). Needs completion_template.",
+        description="SFT/sft_vlm: build each row as a chat from its columns: this str.format template is the user turn (with "
+        "the row's images, for sft_vlm) and completion_template the assistant turn (loss on the assistant turn only, unless "
+        "training.completion_only_loss is false). Needs completion_template.",
     )
-    completion_template: str | None = Field(None, description="SFT: the assistant turn's str.format template (with prompt_template).")
-    system_template: str | None = Field(None, description="SFT: a system turn before the user turn, a str.format template too (with prompt_template).")
+    completion_template: str | None = Field(None, description="SFT/sft_vlm: the assistant turn's str.format template (with prompt_template).")
+    system_template: str | None = Field(None, description="SFT/sft_vlm: a system turn before the user turn, a str.format template too (with prompt_template).")
 
     @model_validator(mode="after")
     def _row_templates(self):
@@ -242,6 +244,13 @@ class DataSection(Section):
         "native resolution (Qwen2-VL: one token per 28x28 pixels).",
     )
     video_fps: float | None = Field(None, gt=0.0, description="Vision-language runs: frames sampled per second of video (default: the media loader's).")
+    media_timeout: float | None = Field(
+        None, gt=0.0, description="Vision-language runs: seconds to connect to, and between reads of, an http(s) image or video "
+        "download (default 30).")
+    media_retries: StrictInt | None = Field(
+        None, ge=0, description="Vision-language runs: extra attempts for an image or video download that failed in a way worth "
+        "retrying (timeouts, connection errors, 408/429/5xx), with exponential backoff (default 3); a row whose media still "
+        "fail is dropped and counted.")
     video_max_frames: StrictInt | None = Field(None, ge=1, description="Vision-language runs: at most this many frames per video, evenly spaced.")
     max_drop_fraction: float = Field(
         0.1, ge=0.0, le=1.0,
@@ -734,7 +743,7 @@ TRAINING_MODELS: Mapping[str, type[TrainingBase]] = _TrainingModels()
 RL_ALGORITHMS = ("grpo", "gspo")
 # Algorithms that read image/video columns: sft_vlm always has them; GRPO/GSPO when the prompts have images.
 VISION_ALGORITHMS = ("sft_vlm", "grpo", "gspo")
-VISION_DATA_KEYS = ("max_image_pixels", "video_fps", "video_max_frames")
+VISION_DATA_KEYS = ("max_image_pixels", "video_fps", "video_max_frames", "media_timeout", "media_retries")
 
 
 # Data keys that only prompt-based algorithms read; elsewhere they would be silent no-ops.
@@ -795,9 +804,9 @@ class Recipe(Section):
         return []
 
     def _row_templates_used(self) -> list[tuple[str, str]]:
-        """Row templates apply to SFT (text_template to CPT too); a templated dataset reads no column key."""
+        """Row templates apply to SFT and sft_vlm (text_template to CPT too); a templated dataset reads no column key."""
         algorithm = self.training.algorithm
-        ignored = () if algorithm == "sft" else ("prompt_template", "completion_template", "system_template") + (
+        ignored = () if algorithm in ("sft", "sft_vlm") else ("prompt_template", "completion_template", "system_template") + (
             () if algorithm == "cpt" else ("text_template",))
         out = []
         for section in ("datasets", "eval_datasets"):
@@ -805,7 +814,7 @@ class Recipe(Section):
                 where = f"data.{section}[{i}]"
                 found = [k for k in ignored if getattr(d, k) is not None]
                 if found:
-                    out.append((f"{where}.{found[0]}", f"row templates apply to sft (text_template also to cpt); algorithm "
+                    out.append((f"{where}.{found[0]}", f"row templates apply to sft and sft_vlm (text_template also to cpt); algorithm "
                                 f"{algorithm} would ignore {found[0]}. Remove it."))
                 elif d.row_templates:
                     dead = [k for k in (*DATASET_COLUMN_KEYS, "format") if k in d.model_fields_set]

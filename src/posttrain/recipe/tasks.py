@@ -69,6 +69,14 @@ class InferenceSection(Generation):
     system_prompt: str | None = Field(None, description="A system turn before every prompt; a str.format template over the row's columns too (--system-prompt).")
     out: str | None = Field(None, description="Output .jsonl file (--out).")
     csv: StrictBool | None = Field(None, description="Also write the rows as CSV beside out (--csv).")
+    # vision-language models: each row's images and videos, read and placed as sft_vlm training does
+    image_columns: list[str] | None = Field(None, description="Columns with each row's images (--image-column, repeated).")
+    video_columns: list[str] | None = Field(None, description="Columns with each row's video, given as sampled frames (--video-column, repeated).")
+    max_image_pixels: StrictInt | None = Field(None, ge=1, description="Downscale larger images and frames to this many pixels (--max-image-pixels).")
+    video_fps: float | None = Field(None, gt=0.0, description="Frames sampled per second of video (--video-fps).")
+    video_max_frames: StrictInt | None = Field(None, ge=1, description="At most this many frames per video (--video-max-frames).")
+    media_timeout: float | None = Field(None, gt=0.0, description="Seconds to connect to / between reads of a media download, default 30 (--media-timeout).")
+    media_retries: StrictInt | None = Field(None, ge=0, description="Extra attempts for a media download worth retrying, default 3 (--media-retries).")
 
     @model_validator(mode="after")
     def _one_source(self):
@@ -76,6 +84,12 @@ class InferenceSection(Generation):
             raise ValueError("give the prompts one way: inference.prompts (a .jsonl/.txt file) or inference.dataset (a dataset).")
         if self.prompt_template is not None and self.prompt_column is not None:
             raise ValueError("inference.prompt_template builds the prompt from columns; inference.prompt_column reads one column. Use one.")
+        media = [k for k in ("max_image_pixels", "media_timeout", "media_retries") if getattr(self, k) is not None]
+        if media and not (self.image_columns or self.video_columns):
+            raise ValueError(f"inference.{media[0]} applies to images and videos: set inference.image_columns or video_columns, or remove it.")
+        frames = [k for k in ("video_fps", "video_max_frames") if getattr(self, k) is not None]
+        if frames and not self.video_columns:
+            raise ValueError(f"inference.{frames[0]} samples videos: set inference.video_columns, or remove it.")
         return self
 
 
@@ -151,7 +165,7 @@ def load_task_recipe(path: str | Path | None, overrides=(), raw: dict | None = N
 # One key of the first set, or two of the second, make the section FAI-RL's.
 FAIRL_TASK_KEYS = {"model_path", "model_paths", "dataset_name", "dataset_split", "dataset_subset", "dataset_columns",
                    "output_file", "do_sample", "response_column", "ground_truth_column", "checkpoint_column", "choice_labels"}
-FAIRL_TASK_HINTS = {"api_endpoint", "api_key", "user_prompt", "image_columns", "confidence_column"}
+FAIRL_TASK_HINTS = {"api_endpoint", "api_key", "user_prompt", "confidence_column"}
 
 
 def fairl_signs_in_task(raw: dict) -> bool:
