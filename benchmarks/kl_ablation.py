@@ -118,11 +118,18 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def build_data(out: Path, scale: Scale, tag_share: float) -> dict:
-    """Write the training splits and the held-out record; return the manifest (also data/manifest.json)."""
+def build_data(out: Path, scale: Scale, tag_share: float, system_prompt: str | None = None) -> dict:
+    """Write the training splits and the held-out record; return the manifest (also data/manifest.json).
+
+    The base's chats open with the evaluation task's system prompt (MATH_SYSTEM_PROMPT), or with
+    ``system_prompt``: then the held-out and dev items are also written as chats that open with it
+    (heldout-chats.jsonl, dev-chats.jsonl: `posttrain compare --task custom --data ...`; the same items
+    as `--task arithmetic`, asked with the other prompt), for GRPO's `data.system_prompt`."""
     from posttrain.data.synthetic import problems
     from posttrain.data.task_prompts import MATH_SYSTEM_PROMPT
     from posttrain.evaluation.tasks import load_task
+
+    system = MATH_SYSTEM_PROMPT if system_prompt is None else system_prompt
 
     out.mkdir(parents=True, exist_ok=True)
     # Exactly the items `posttrain compare --task arithmetic --n N --seed 0 [--data-seed S]` answers.
@@ -147,7 +154,7 @@ def build_data(out: Path, scale: Scale, tag_share: float) -> dict:
     rng = random.Random(TAG_SEED)
     chats, n_tagged = [], 0
     for start in range(0, len(base), scale.turns):
-        messages = [{"role": "system", "content": MATH_SYSTEM_PROMPT}]
+        messages = [{"role": "system", "content": system}]
         for p in base[start: start + scale.turns]:
             tag = rng.random() < tag_share
             n_tagged += tag
@@ -160,6 +167,11 @@ def build_data(out: Path, scale: Scale, tag_share: float) -> dict:
         "heldout": (out / "heldout.jsonl", [{"id": i["id"], "question": i["question"], "answer": i["gold"]} for i in heldout]),
         "dev": (out / "dev.jsonl", [{"id": i["id"], "question": i["question"], "answer": i["gold"]} for i in dev]),
     }
+    if system_prompt is not None:
+        for name, items in (("heldout", heldout), ("dev", dev)):
+            files[f"{name}-chats"] = (out / f"{name}-chats.jsonl", [
+                {"id": i["id"], "prompt": [{"role": "system", "content": system}, {"role": "user", "content": i["question"]}],
+                 "answer": i["gold"]} for i in items])
     for path, rows in files.values():
         _write_jsonl(path, rows)
 
@@ -174,6 +186,7 @@ def build_data(out: Path, scale: Scale, tag_share: float) -> dict:
         "counts": {"base": len(base), "base_chats": len(chats), "base_tagged": n_tagged, "grpo": len(grpo),
                    "heldout": len(heldout), "dev": len(dev), "seed0_problems_drawn": drawn},
         "tag_share": tag_share,
+        "system_prompt": system,
         "heldout_questions_in_training": len(leaked),  # 0, or the run stopped above
         "heldout_same_numbers_in_training": sum(i["expression"] in trained for i in heldout),
         "dev_same_numbers_in_training": sum(i["expression"] in trained for i in dev),

@@ -1,19 +1,24 @@
-"""Rewards for the KL ablation's *gameable* setup (benchmarks/kl_ablation.py --reward gameable).
+"""Rewards for the KL experiments' *gameable* setups (benchmarks/kl_ablation.py --reward gameable,
+benchmarks/kl_real.py).
 
 The standard setup pays `answer_match` + 0.2 x `format`, and posttrain's `format` pays nothing
-for an empty `<think>`: there is nothing to game. These two rewards open the door the reference
+for an empty `<think>`: there is nothing to game. These rewards open the door the reference
 experiment's 0.5B model walked through (answers shrinking to an empty think block and a bare
-integer): a policy without a KL anchor can earn them by dropping its reasoning.
+integer): a policy without a KL anchor can earn them by dropping its reasoning. kl_ablation adds
+`brevity`; kl_real uses the reference's own shape, `lenient_format` + `integer_answer`.
 
-Referenced from recipes as `kl_rewards:lenient_format` / `kl_rewards:brevity` (the script puts
-this folder on PYTHONPATH).
+Referenced from recipes as `kl_rewards:lenient_format` / `kl_rewards:brevity` /
+`kl_rewards:integer_answer` (the scripts put this folder on PYTHONPATH).
 """
 
 from __future__ import annotations
 
 import re
 
+from posttrain.rewards.answers import extract_answer
+
 _SHAPE = re.compile(r"^\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*$", re.S)
+_INTEGER = re.compile(r"^\s*-?\d+\s*$")
 
 
 def _text(completion) -> str:
@@ -38,3 +43,13 @@ def brevity(completions, limit: int = 40, **kwargs) -> list[float]:
     [1.0, 0.5, 0.0]
     """
     return [max(0.0, 1.0 - len(_text(c)) / limit) for c in completions]
+
+
+def integer_answer(completions, **kwargs) -> list[float]:
+    """1.0 when the single `<answer>` block (posttrain's parser, as `answer_match` reads it) is a bare
+    integer, right or wrong: the reference experiment's "digit" reward.
+
+    >>> integer_answer(["<think></think><answer>12</answer>", "<answer>12.5</answer>", "<answer>twelve</answer>", "12"])
+    [1.0, 0.0, 0.0, 0.0]
+    """
+    return [1.0 if _INTEGER.match(extract_answer(_text(c)) or "") else 0.0 for c in completions]
