@@ -121,3 +121,56 @@ def test_generate_with_tools_writes_every_turn(cli, tmp_path, openai_server):
     row = json.loads(out.read_text())
     assert row["completion"] == "The answer is 15." and [m["role"] for m in row["turns"]] == ["assistant", "tool", "assistant"]
     assert row["tools"]["calls"] == 1 and "turns" in out.with_suffix(".csv").read_text().splitlines()[0]
+
+
+class ScriptedEngine:
+    """An engine whose turns are written in advance (the loop's logic under test, not a model's)."""
+
+    name = "scripted"
+
+    def __init__(self, turns):
+        self.turns, self.seen = turns, []
+
+    def generate(self, prompts, params, tools=None):
+        from posttrain.generation.base import Completion
+
+        self.seen.append((prompts, tools))
+        out = []
+        for chat in prompts:
+            rounds = sum(m["role"] == "tool" for m in chat)
+            text, calls = self.turns[min(rounds, len(self.turns) - 1)]
+            out.append(Completion(text=text, prompt_tokens=3, completion_tokens=2, finish_reason="stop", tool_calls=calls))
+        return out
+
+
+def call(name, **arguments):
+    return [{"id": "c1", "type": "function", "function": {"name": name, "arguments": arguments}}]
+
+
+def test_an_environment_per_item_its_reward_recorded_and_the_turn_limit():
+    box = Toolbox([], "flaky_tools:Counter", {"target": 4}, ToolSettings(timeout=2.0))
+    try:
+        engine = ScriptedEngine([("", call("increment", by=2)), ("", call("increment", by=2)), ("", call("increment", by=2))])
+        out = ToolLoop(engine, box, max_turns=2, environment_pool=2).generate(["count", "count", "count"], PARAMS,
+                                                                               rows=[{"id": i, "gold": "4"} for i in range(3)])
+    finally:
+        box.close()
+    # two rounds of calls ran (2 + 2 = target 4), the third turn's call was left unanswered: cut off
+    assert [c.extra["environment_reward"] for c in out] == [1.0, 1.0, 1.0]
+    assert all(c.extra["tools"]["rounds"] == 2 and c.extra["tools"]["cut_off"] for c in out)
+    assert [m["content"] for m in out[0].extra["turns"] if m["role"] == "tool"] == ["2", "4"]
+    assert {t["function"]["name"] for t in engine.seen[0][1]} == {"increment"}  # the environment's methods were offered
+
+
+def test_unknown_tools_and_arguments_that_are_not_an_object_are_the_models_errors():
+    box = Toolbox(["posttrain.tools.calculator:calculator"])
+    try:
+        engine = ScriptedEngine([("", call("nope", x=1) + [{"id": "c2", "type": "function",
+                                                           "function": {"name": "calculator", "arguments": "2 + 2"}}]), ("done", None)])
+        [out] = ToolLoop(engine, box).generate(["q"], PARAMS)
+    finally:
+        box.close()
+    results = [m["content"] for m in out.extra["turns"] if m["role"] == "tool"]
+    assert results == [str({"error": "Tool nope not found."}),
+                       str({"error": "the arguments of calculator must be a JSON object, got '2 + 2'"})]
+    assert out.extra["tools"]["calls"] == 2 and out.extra["tools"]["errors"] == 2 and out.text == "done"

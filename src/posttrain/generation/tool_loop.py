@@ -13,8 +13,9 @@ ends with a turn that calls nothing, or after `max_turns` turns of calls (its la
 left unanswered and counted as `cut_off`). `max_new_tokens` applies to each turn.
 
 With an environment, each conversation gets its own instance (worker), reset with the item's
-fields (`reset(**row)`, as TRL passes the dataset row); a returned observation is appended to the
-last user message, as TRL does; `get_reward()` at the end is recorded as `environment_reward`.
+fields (`reset(prompt=..., **item)`, as TRL passes the dataset row; an evaluation item's gold answer
+also arrives as `answer`, the column name training rows use); a returned observation is appended to
+the last user message, as TRL does; `get_reward()` at the end is recorded as `environment_reward`.
 Instances are pooled and reset between conversations, at most `environment_pool` at a time.
 """
 
@@ -69,6 +70,8 @@ class ToolLoop:
         for i, env in enumerate(envs):
             if env is not None:
                 row = {k: v for k, v in (rows[i] if rows else {}).items() if k != "prompt"}
+                if "gold" in row:
+                    row.setdefault("answer", row["gold"])  # training rows carry the gold answer as `answer`
                 observation = env.reset(prompt=prompts[i], **row)
                 if isinstance(observation, str) and observation and isinstance(chats[i][-1].get("content"), str):
                     chats[i][-1]["content"] += observation
