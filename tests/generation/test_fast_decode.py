@@ -123,8 +123,9 @@ def test_settings_it_does_not_implement_name_themselves(tiny):
 
 
 def test_inference_weights_leave_the_model_as_it_was(tiny):
-    """Merged and packed copies only: no parameter is written, every forward comes back, and inside
-    the block the model computes the same logits (to float32 rounding)."""
+    """Packed copies only: no parameter is written, every forward comes back, inside the block the
+    model computes the same logits (to float32 rounding), and a weight changed in place (an optimizer
+    step) is packed again while an unchanged one is not."""
     model, tokenizer = tiny
     peft = with_lora(model)
     before = {name: p.detach().clone() for name, p in peft.named_parameters()}
@@ -134,7 +135,21 @@ def test_inference_weights_leave_the_model_as_it_was(tiny):
         with inference_linears(peft, rows=len(ids)) as note:
             inside = peft(input_ids=ids, attention_mask=mask).logits
     layers = sum(1 for m in model.modules() if type(m) is torch.nn.Linear)
-    assert note.startswith(f"{layers} linear layers ({layers - 1} LoRA merged")  # every linear but lm_head carries LoRA
+    assert note == f"{layers} linear layers ({layers - 1} with LoRA, {layers} pre-packed for the CPU)"  # all but lm_head have LoRA
     torch.testing.assert_close(inside, reference, rtol=1e-4, atol=1e-4)
     assert all(torch.equal(p, before[name]) for name, p in peft.named_parameters())
     assert not any("forward" in m.__dict__ for m in peft.modules())
+
+    from posttrain.generation.inference_weights import packed_weight
+
+    frozen, trained = peft.get_output_embeddings().weight, peft.base_model.model.model.layers[0].mlp.up_proj.lora_B["default"].weight
+    first = packed_weight(frozen, 4)
+    assert packed_weight(frozen, 4) is first  # kept between rollouts
+    with torch.no_grad():
+        frozen.add_(1.0)  # what an optimizer step does to a trained weight
+    try:
+        assert packed_weight(frozen, 4) is not first
+    finally:
+        with torch.no_grad():
+            frozen.sub_(1.0)
+    assert trained.requires_grad  # LoRA factors are never packed: they run beside the packed base

@@ -78,8 +78,8 @@ def route_generate(trainer, engine: str, timers=None) -> str:
     TRL 1.16 generates with `unwrap_model_for_generation(...).generate(input_ids, attention_mask,
     generation_config)`; the unwrapped model is `trainer.model` (DDP only wraps it), so an instance
     attribute there is what TRL calls, on every rank. With ZeRO-3 or FSDP the weights are gathered for
-    generation by TRL and posttrain keeps transformers' generate (its merged copies would double the
-    gathered memory; untested there).
+    generation by TRL and posttrain keeps transformers' generate (its packed or merged copies would
+    add to the gathered memory; untested there).
 
     Either way, on a CPU with bf16 autocast the generation runs the float32 forward: the autocast
     accelerate wraps around the forward casts every weight to bf16 again for each decoded token,

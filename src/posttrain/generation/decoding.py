@@ -7,8 +7,8 @@ by the local evaluation engine. Where the time of `generate` goes on a small bat
 does about each (benchmarks/rollout_speed.py measures it side by side):
 
 - **the weights are read once per decoded token**, and the linear layers dominate (82% of a
-  SmolLM2 decode step on a CPU): LoRA is merged and CPU weights are pre-packed for the duration
-  (`inference_weights.inference_linears`);
+  SmolLM2 decode step on a CPU): CPU weights are pre-packed and kept while they do not change, LoRA
+  runs without dropout (`inference_weights.inference_linears`);
 - **group prompts are prefilled once**: GRPO repeats each prompt `num_generations` times; the
   prompt's keys and values are computed for one copy and repeated in the cache;
 - **logits only where they are sampled**: the prefill asks the model for the last position's logits.
@@ -99,7 +99,8 @@ def prompt_groups(input_ids, attention_mask):
 def decode(model, input_ids, attention_mask, generation_config, *, weights: bool = True):
     """The sequences `model.generate(input_ids=..., attention_mask=..., generation_config=...)`
     returns (prompt followed by new tokens, finished rows padded), for a config `unsupported`
-    accepts. `weights=False` keeps the model's own linear layers (no merge, no packing)."""
+    accepts. `weights=False` keeps the model's own linear layers (no packing; a caller that packs
+    once around many calls passes it)."""
     import torch
 
     from posttrain.generation.inference_weights import inference_linears

@@ -585,8 +585,8 @@ class RLTrainingBase(TrainingBase):
     rollout_engine: Literal["posttrain", "transformers"] = Field(
         "posttrain",
         description="What generates the completions when use_vllm is off. 'posttrain': posttrain's decoding loop "
-        "(generation/decoding.py: LoRA merged and CPU weights pre-packed for the rollout, each prompt prefilled once for its "
-        "group, no cache copies; the same tokens as transformers' generate up to float32 rounding, sampled without LoRA "
+        "(generation/decoding.py: CPU weights pre-packed and kept while unchanged, LoRA without dropout, each prompt "
+        "prefilled once for its group, no cache copies; the same tokens as transformers' generate up to float32 rounding, sampled without LoRA "
         "dropout), falling back to generate for settings it does not implement (said at start-up). 'transformers': "
         "TRL's own model.generate. README 'Speed of rollouts' has the measurements.",
     )
