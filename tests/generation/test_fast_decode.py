@@ -152,4 +152,12 @@ def test_inference_weights_leave_the_model_as_it_was(tiny):
     finally:
         with torch.no_grad():
             frozen.sub_(1.0)
-    assert trained.requires_grad  # LoRA factors are never packed: they run beside the packed base
+    # A LoRA factor trained in place (the next rollout of a GRPO run): the merged copy is made again.
+    with torch.no_grad():
+        trained.add_(0.1)
+        changed = peft(input_ids=ids, attention_mask=mask).logits
+        with inference_linears(peft, rows=len(ids)):
+            inside = peft(input_ids=ids, attention_mask=mask).logits
+        trained.sub_(0.1)
+    assert not torch.allclose(changed, reference, atol=1e-3)
+    torch.testing.assert_close(inside, changed, rtol=1e-4, atol=1e-4)
