@@ -9,8 +9,9 @@ Two settings per model, on the same chat prompts (recipes/demo-real's word probl
 - **GRPO rollout**: 4 prompts x 4 completions (16 rows), sampled at temperature 0.8, the policy under
   a LoRA adapter (r 16 on every linear layer, dropout 0.05, B non-zero as after training). Contestants:
   `generate` as TRL 1.16 calls it (model in training mode, so LoRA dropout is live while sampling),
-  `generate` in eval mode, and posttrain's loop. The eval-mode `generate` and posttrain's loop are
-  seeded alike and must return the same tokens (checked, printed).
+  `generate` in eval mode, and posttrain's loop, which pays for merging and packing the adapter again
+  on every call (the adapter's version is bumped first, as an optimizer step does). The eval-mode
+  `generate` and posttrain's loop are seeded alike and must return the same tokens (checked, printed).
 - **evaluation**: the adapter merged (as `posttrain eval` loads it), greedy, 16 rows, both must
   return the same tokens.
 
@@ -168,11 +169,18 @@ def bench_model(spec: str, args, limits: dict) -> tuple[list[dict], dict]:
                 return m.generate(input_ids=i, attention_mask=a, generation_config=c)
         return fn
 
-    def ours(m):
-        return lambda i, a, c: decode(m.eval(), i, a, c)
+    def ours(m, trained_between: bool = False):
+        def fn(i, a, c):
+            if trained_between:  # as after an optimizer step: the adapter changed, so merged and packed copies are remade
+                with torch.no_grad():
+                    for name, p in m.named_parameters():
+                        if "lora_" in name:
+                            p.add_(0.0)
+            return decode(m.eval(), i, a, c)
+        return fn
 
     rollout_contestants = {"generate, as TRL calls it (train mode)": hf(policy, True), "generate, eval mode": hf(policy, False),
-                           "posttrain": ours(policy)}
+                           "posttrain": ours(policy, trained_between=True)}
     if args.device != "cpu" and _has("vllm"):
         rollout_contestants["vLLM (merged weights)"] = vllm_contestant(merged, tokenizer, ids, mask)
     rollout = run_setting("GRPO rollout (LoRA policy, sampled)", rollout_contestants, ids, mask, sampled, args.repeats, params,
