@@ -89,8 +89,11 @@ def route_generate(trainer, engine: str, timers=None) -> str:
     """
     from posttrain.generation.decoding import decode, unsupported
 
+    from posttrain.generation.inference_weights import forget_trained
+
     model = trainer.model
     original = model.generate
+    packed_at_step = [None]
     sharded = trainer.is_fsdp_enabled or (trainer.is_deepspeed_enabled and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3)
     fast = engine == "posttrain" and not sharded
     float32 = bool(trainer.args.bf16 and trainer.args.use_cpu)
@@ -105,6 +108,9 @@ def route_generate(trainer, engine: str, timers=None) -> str:
         started = time.perf_counter()
         with _without_autocast(model) if float32 else nullcontext():
             if fast and reason is None:
+                if packed_at_step[0] != trainer.state.global_step:  # the weights trained since the last rollout
+                    forget_trained(model)
+                    packed_at_step[0] = trainer.state.global_step
                 out = decode(model, input_ids, attention_mask, generation_config)
             else:
                 out = original(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config, **kwargs)

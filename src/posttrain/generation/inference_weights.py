@@ -8,9 +8,10 @@ weight once, and the linear layers are most of a decode step (82% on SmolLM2, CP
 - **CPU, float32: pre-packed weights.** A float32 GEMM re-lays the weight out for its kernel on every
   call; oneDNN's pre-packed weights (what torch.compile's CPU freezing uses) skip that. Measured on a
   2-core AVX2 machine, 8 rows, one thread: 576x1536 1.2x faster, 1536x576 1.5x, SmolLM2's 576x49152
-  lm_head 2.1x. Packing costs about three decode steps, so packed weights are kept between calls
-  (keyed by the tensor's storage and version: an optimizer step that changes a weight in place makes
-  it repack; frozen weights, e.g. a LoRA run's base and lm_head, are packed once per run).
+  lm_head 2.1x. Packing costs about three decode steps, so packed weights are kept between calls.
+  A trainer must call `forget_trained(model)` after changing weights (GRPO's rollouts do it when the
+  step changed): a fused optimizer writes parameters without bumping their version, so a version
+  check alone would miss it. Frozen weights (a LoRA run's base and lm_head) are kept for the run.
 - **LoRA merged** into a copy of the weight (W + s·B·A): one product instead of the base product,
   dropout and two thin products per layer and token, and without LoRA dropout: a model in training
   mode (TRL generates in training mode) would otherwise sample through dropout, from a perturbed
@@ -139,6 +140,22 @@ def decoding_forwards(model, rows: int) -> dict:
             product = _product(module.weight, bias, packed_weight(module.weight, rows) if packs_on(module.weight) else None)
             found[module] = lambda x, *args, _product=product, **kwargs: _product(x)
     return found
+
+
+def forget_trained(model) -> int:
+    """Drop the packed and merged copies that depend on a trainable parameter of `model` (call it
+    after an optimizer step); frozen weights keep theirs. Returns how many were dropped."""
+    dropped = 0
+    for module in model.modules():
+        owners = [module] if hasattr(module, "_posttrain_merged") or hasattr(module, "_posttrain_packed") else []
+        owners += [p for p in module.parameters(recurse=False) if hasattr(p, "_posttrain_packed")]
+        for owner in owners:
+            params = list(owner.parameters()) if hasattr(owner, "parameters") else [owner]
+            if any(p.requires_grad for p in params):
+                for name in ("_posttrain_packed", "_posttrain_merged"):
+                    if owner.__dict__.pop(name, None) is not None:
+                        dropped += 1
+    return dropped
 
 
 @contextmanager
