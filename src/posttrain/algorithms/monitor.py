@@ -5,7 +5,8 @@
 goes into a `HealthTracker` (`posttrain.monitoring.health`: constant work per record, and on resume
 the checkpoint's earlier records go in first); it prints each flag the first time it fires and,
 when the flag is in ``training.stop_on``, stops the run and saves a checkpoint there.
-At the end it prints the health section; `summary()` goes into run_summary.json.
+At the end it prints the health section; `summary()` goes into run_summary.json (with the whole
+run's tool counts in runs with tools: `tools/*` come from `posttrain.algorithms.tool_use.ToolCounts`).
 
 `StepTimers` is filled by the GRPO trainer's wrapped generation, reward and log-prob methods
 (`attach_timers`) and by the optimizer-step callbacks: seconds spent generating, scoring, in the
@@ -112,6 +113,7 @@ class RunMonitor(TrainerCallback):
         self.samples_per_step, self.peak, self.peak_source = samples_per_step, peak, peak_source
         self.timers = timers
         self.tools = tools  # posttrain.algorithms.tool_use.ToolCounts in runs with tools
+        self.tool_totals: dict[str, int] = {}  # the whole run's tool counts, for run_summary.json
         self.log = log
         self.history = history  # metrics.jsonl: the records before a checkpoint this run resumes from
         self.health = HealthTracker(algorithm=algorithm, window=window, max_completion_length=max_completion_length)
@@ -180,7 +182,10 @@ class RunMonitor(TrainerCallback):
             return
         self._add_speed(logs, state)
         if self.tools is not None:
-            logs.update(self.tools.take())  # tools/* since the last record, when a generation happened
+            counts = self.tools.take()  # tools/* since the last record, when a generation happened
+            logs.update(counts)
+            for key in ("calls", "errors", "timeouts", "crashes", "truncated", "environment_errors", "cut_off"):
+                self.tool_totals[key] = self.tool_totals.get(key, 0) + counts.get(f"tools/{key}", 0)
         self.health.add({"step": state.global_step, **logs})
         self.flags = self.health.flags()
         seen = self._announced
@@ -262,4 +267,7 @@ class RunMonitor(TrainerCallback):
             speed["optimizer_s"] = round(t["optimizer_s"] / t["steps"], 4)
             if t["decode_s"] > 0:
                 speed["generation_tokens_per_s"] = round(t["decoded_tokens"] / t["decode_s"], 2)
-        return {"speed": speed, "health": [f.as_dict() for f in self.flags], "stopped_by": self.stopped_by}
+        out = {"speed": speed, "health": [f.as_dict() for f in self.flags], "stopped_by": self.stopped_by}
+        if self.tools is not None:
+            out["tools"] = dict(self.tool_totals)
+        return out
