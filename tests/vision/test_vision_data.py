@@ -169,3 +169,47 @@ def test_media_timeout_and_retries_reach_the_media_loader_and_need_images(repo):
     assert media_settings(DataSection(datasets=[spec])).timeout_s == 30.0  # the loader's default
     with pytest.raises(RecipeError, match=r"data.media_timeout only apply to runs with images"):
         load_recipe(repo / "recipes/sft/tiny-cpu.yaml", ["data.media_timeout=5"])
+
+
+def _counting_decodes(monkeypatch) -> list:
+    """Spy on the one function that decodes a row's media: each call is one row decoded."""
+    import posttrain.data.vision as vision
+
+    calls, original = [], vision.row_media
+    monkeypatch.setattr(vision, "row_media", lambda record, *a, **k: calls.append(record) or original(record, *a, **k))
+    return calls
+
+
+def test_max_samples_limits_decoding(tmp_path, monkeypatch):
+    """30 rows, max_samples 4: four rows are read and decoded (in a seeded order), not thirty."""
+    rows = [{"image": _png(tmp_path / f"i{i}.png", (i * 8, 0, 0)), "prompt": f"row {i}?", "completion": "red"} for i in range(30)]
+    spec = DatasetSpec(name=str(_write(tmp_path / "d.jsonl", rows)), image_columns=["image"], max_samples=4)
+    calls = _counting_decodes(monkeypatch)
+    ds, report = prepare_vision_dataset(spec, "data.datasets[0]", DataSection(datasets=[spec]), seed=3)
+    assert len(ds) == 4 and len(calls) == 4
+    assert report.render().endswith("kept 4 of 4 rows (max_samples reached: 4 of 30 rows read)")
+    again, _ = prepare_vision_dataset(spec, "data.datasets[0]", DataSection(datasets=[spec]), seed=3)
+    assert again.with_format(None)["images"] == ds.with_format(None)["images"]  # the same rows for the same seed
+
+
+def test_pictures_are_decoded_per_access_and_the_table_holds_references(tmp_path, monkeypatch):
+    """The dataset stores where each picture comes from, not its pixels: the table does not grow with the images,
+    and each row read (a batch) decodes that row, and only it."""
+    sizes = {}
+    for side in (8, 512):
+        folder = tmp_path / str(side)
+        folder.mkdir()
+        rows = []
+        for i in range(6):
+            Image.new("RGB", (side, side), (i * 40, 0, 0)).save(folder / f"i{i}.png")
+            rows.append({"image": f"i{i}.png", "prompt": "<image> colour?", "completion": "red"})
+        spec = DatasetSpec(name=str(_write(folder / "d.jsonl", rows)), image_columns=["image"])
+        ds, _ = prepare_vision_dataset(spec, "data.datasets[0]", DataSection(datasets=[spec]), seed=0)
+        sizes[side] = ds.data.nbytes
+    assert sizes[512] == sizes[8] < 5_000  # 6 x 512 x 512 RGB would be 4.7 MB of pixels
+    calls = _counting_decodes(monkeypatch)
+    first = ds[2]
+    assert len(calls) == 1 and calls[0]["image"] == "i2.png"
+    assert first["images"][0].size == (512, 512) and first["images"][0].getpixel((0, 0)) == (80, 0, 0)
+    batch = ds[3:5]
+    assert len(calls) == 3 and [images[0].getpixel((0, 0)) for images in batch["images"]] == [(120, 0, 0), (160, 0, 0)]

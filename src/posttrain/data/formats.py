@@ -30,9 +30,12 @@ class DataReport:
     rows_kept: int
     dropped: Counter = field(default_factory=Counter)
     rows_by_reason: dict = field(default_factory=dict)  # reason -> indices of the dropped rows (0-based)
+    rows_total: int | None = None  # rows in the file, when reading stopped at max_samples before the end (rows_in read)
 
     def render(self) -> str:
         line = f"{self.key} ({self.name}, {self.format}): kept {self.rows_kept} of {self.rows_in} rows"
+        if self.rows_total is not None and self.rows_total > self.rows_in:
+            line += f" (max_samples reached: {self.rows_in} of {self.rows_total} rows read)"
         if self.dropped:
             line += "; dropped " + ", ".join(f"{n} {why}{self._rows(why)}" for why, n in self.dropped.most_common())
         return line

@@ -14,12 +14,17 @@ Where the images go: at the image placeholders of the text ('<image>' inside a s
 not match its media (more or fewer), or whose media cannot be read, is dropped and counted by
 reason, with its row index named in the report; a dataset left empty is an error naming the file.
 
-Images are decoded once here (so a bad file is found before training starts) and stored as PNG in
-the in-memory Arrow table that TRL reads; a very large image set wants a streaming loader instead.
+Decoding: each row kept is decoded once here, so a bad file is found (and the row dropped and
+counted) before training starts, then let go. What the dataset stores is a reference per row (the
+dataset and row index, and where each image part's picture comes from), not pixels; the pictures
+are decoded again for each batch that reads the row (`MediaDecoder`, a `datasets` transform), so
+memory does not grow with the dataset. With `max_samples`, rows are read in a seeded random order
+and reading stops once that many are kept: the rest are never decoded.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -109,6 +114,18 @@ def content_parts(content) -> list[dict]:
 
 def place_media(messages: list[dict], images: list, videos: list[list]) -> tuple[list[dict], list]:
     """Messages with one image part per image/frame, and the images in the order of those parts."""
+    out, refs = place_media_refs(messages, images, videos)
+    return out, pictures(refs, images, videos)
+
+
+def pictures(refs: list, images: list, videos: list[list]) -> list:
+    """The images `refs` names: [i] is images[i], [v, f] frame f of videos[v]."""
+    return [images[r[0]] if len(r) == 1 else videos[r[0]][r[1]] for r in refs]
+
+
+def place_media_refs(messages: list[dict], images: list, videos: list[list]) -> tuple[list[dict], list]:
+    """Messages with one image part per image/frame, and for each part which picture it shows:
+    [i] (images[i]) or [v, f] (frame f of videos[v]), in the order of the parts."""
     n_img = sum(p["type"] == "image" for m in messages for p in m["content"])
     n_vid = sum(p["type"] == "video" for m in messages for p in m["content"])
     if n_img and n_img != len(images):
@@ -119,7 +136,8 @@ def place_media(messages: list[dict], images: list, videos: list[list]) -> tuple
         raise DropRow("no_media", "no image or video in the row")
     image = {"type": "image", "text": None}
     lead = ([image] * len(images) if not n_img else []) + ([image] * sum(map(len, videos)) if not n_vid else [])
-    lead_media = (images if not n_img else []) + ([f for v in videos for f in v] if not n_vid else [])
+    lead_media = ([[i] for i in range(len(images))] if not n_img else []) + (
+        [[v, f] for v, frames in enumerate(videos) for f in range(len(frames))] if not n_vid else [])
     out, ordered, next_img, next_vid, placed_lead = [], [], 0, 0, False
     for m in messages:
         parts = []
@@ -129,11 +147,11 @@ def place_media(messages: list[dict], images: list, videos: list[list]) -> tuple
         for p in m["content"]:
             if p["type"] == "image":
                 parts.append(image)
-                ordered.append(images[next_img])
+                ordered.append([next_img])
                 next_img += 1
             elif p["type"] == "video":
                 parts += [image] * len(videos[next_vid])
-                ordered += videos[next_vid]
+                ordered += [[next_vid, f] for f in range(len(videos[next_vid]))]
                 next_vid += 1
             else:
                 parts.append(p)
@@ -185,8 +203,9 @@ def _text(message: dict) -> str:
 
 
 # ----------------------------------------------------------------------------------- datasets
-def prepare_vision_dataset(spec, key: str, data_cfg, seed: int, *, prompt_only: bool = False):
-    """One dataset in TRL's vision format, and its report.
+def prepare_vision_dataset(spec, key: str, data_cfg, seed: int, *, prompt_only: bool = False, decoder: "MediaDecoder | None" = None):
+    """One dataset in TRL's vision format (its pictures decoded per access by `decoder`, a new
+    MediaDecoder unless one is given), and its report.
 
     SFT rows: {messages, images} or {prompt, completion, images} (conversational). With
     `prompt_only` (GRPO), rows are {prompt (chat, after data.system_prompt if set), images, answer
@@ -195,6 +214,8 @@ def prepare_vision_dataset(spec, key: str, data_cfg, seed: int, *, prompt_only: 
     import datasets
 
     raw = load_split(spec, key)
+    decoder = decoder or MediaDecoder(data_cfg)
+    decoder.add(key, raw, spec)
     missing = [c for c in spec.image_columns + spec.video_columns if c not in raw.column_names]
     if missing:
         which = "image_columns" if missing[0] in spec.image_columns else "video_columns"
@@ -220,11 +241,14 @@ def prepare_vision_dataset(spec, key: str, data_cfg, seed: int, *, prompt_only: 
         raise UserError(f"{key} ({spec.name}): column {missing[0]!r} not found; the data has columns {raw.column_names}.")
     base_dir = media_base_dir(spec.name)
     settings = media_settings(data_cfg)
-    prefetch_urls(raw, spec, settings)
     reasons: Counter = Counter()
     rows_by_reason: dict[str, list[int]] = defaultdict(list)
     rows = []
-    for index, record in enumerate(raw):
+    examined = 0
+    for index, record in _candidates(raw, spec, seed, settings):
+        if spec.max_samples is not None and len(rows) >= spec.max_samples:
+            break
+        examined += 1
         try:
             row = {trl: record[src] for trl, src in mapping.items()}
             if templates:
@@ -239,8 +263,9 @@ def prepare_vision_dataset(spec, key: str, data_cfg, seed: int, *, prompt_only: 
                     raise DropRow("empty_answer")
             else:
                 messages = chat_messages(row, fmt)
-            images, videos = row_media(record, spec, base_dir, data_cfg, settings)
-            messages, ordered = place_media(messages, images, videos)
+            images, videos = row_media(record, spec, base_dir, data_cfg, settings)  # decoded once to find bad files
+            messages, refs = place_media_refs(messages, images, videos)
+            del images, videos  # the batches decode them again (MediaDecoder): nothing is kept
         except DropRow as e:
             reasons[e.reason] += 1
             rows_by_reason[e.reason].append(index)
@@ -250,19 +275,63 @@ def prepare_vision_dataset(spec, key: str, data_cfg, seed: int, *, prompt_only: 
             # TRL reads these names as the conversation: never pass them through as extra columns
             taken = ("prompt", "images", "image", "completion", "messages", "chosen", "rejected", "answer")
             extra = {k: v for k, v in record.items() if k not in media_cols and k not in taken}
-            rows.append({**extra, "prompt": messages, "images": ordered, "answer": str(record[spec.answer_column])})
+        ref = json.dumps({"source": key, "row": index, "pictures": refs})
+        if prompt_only:
+            rows.append({**extra, "prompt": messages, "images": ref, "answer": str(record[spec.answer_column])})
         elif fmt in ("messages", "text"):
-            rows.append({"messages": messages, "images": ordered, SOURCE_COLUMN: key, ROW_COLUMN: index})
+            rows.append({"messages": messages, "images": ref, SOURCE_COLUMN: key, ROW_COLUMN: index})
         else:
-            rows.append({"prompt": messages[:-1], "completion": messages[-1:], "images": ordered, SOURCE_COLUMN: key, ROW_COLUMN: index})
-    report = DataReport(key, spec.name, f"{fmt}+images", len(raw), len(rows), reasons, dict(rows_by_reason))
+            rows.append({"prompt": messages[:-1], "completion": messages[-1:], "images": ref, SOURCE_COLUMN: key, ROW_COLUMN: index})
+    report = DataReport(key, spec.name, f"{fmt}+images", examined, len(rows), reasons, dict(rows_by_reason),
+                        rows_total=len(raw))
     if not rows:
         raise UserError(f"{key} ({spec.name}): no usable rows; {report.render().split(': ', 1)[1]}")
-    ds = datasets.Dataset.from_list(rows)
-    if spec.max_samples is not None and len(ds) > spec.max_samples:
-        ds = ds.shuffle(seed=seed).select(range(spec.max_samples))
-    report.rows_kept = len(ds)
-    return ds, report
+    return datasets.Dataset.from_list(rows).with_transform(decoder), report
+
+
+def _candidates(raw, spec, seed: int, settings, chunk: int = 64):
+    """(index, record) in the order rows are read: the file's, or with max_samples a seeded random
+    one (reading stops once max_samples rows are kept). URLs are downloaded a chunk at a time, just
+    ahead of the rows that need them."""
+    import random
+
+    order = list(range(len(raw)))
+    if spec.max_samples is not None:
+        random.Random(seed).shuffle(order)
+    for start in range(0, len(order), chunk):
+        part = order[start:start + chunk]
+        prefetch_urls(raw.select(part), spec, settings)
+        for index in part:
+            yield index, raw[index]
+
+
+class MediaDecoder:
+    """A `datasets` transform: each batch's `images` column (references written by
+    prepare_vision_dataset) becomes the decoded pictures, read again from the dataset row they came
+    from. Deterministic: a video gives the frames it gave when its row was checked."""
+
+    def __init__(self, data_cfg):
+        self.data_cfg = data_cfg
+        self.sources: dict[str, tuple] = {}  # dataset key -> (raw rows, spec, base_dir)
+
+    def add(self, key: str, raw, spec) -> None:
+        self.sources[key] = (raw, spec, media_base_dir(spec.name))
+
+    def __call__(self, batch: dict) -> dict:
+        if "images" in batch:
+            batch = dict(batch)
+            batch["images"] = [self.decode(ref) for ref in batch["images"]]
+        return batch
+
+    def decode(self, ref: str) -> list:
+        found = json.loads(ref)
+        raw, spec, base_dir = self.sources[found["source"]]
+        try:
+            images, videos = row_media(raw[found["row"]], spec, base_dir, self.data_cfg, media_settings(self.data_cfg))
+        except DropRow as e:  # it decoded when the data was checked: the file changed since
+            raise UserError(f"{found['source']} ({spec.name}) row {found['row']}: its media no longer reads ({e.reason}: "
+                            f"{e.detail}); it did when training started. Restore the file, or restart the run.") from None
+        return pictures(found["pictures"], images, videos)
 
 
 def media_base_dir(name: str) -> Path:
@@ -276,11 +345,11 @@ def media_base_dir(name: str) -> Path:
     return Path(name).expanduser().resolve().parent
 
 
-def prepare_vision_datasets(data_cfg, specs, key: str, seed: int, *, prompt_only: bool = False):
+def prepare_vision_datasets(data_cfg, specs, key: str, seed: int, *, prompt_only: bool = False, decoder: MediaDecoder | None = None):
     parts, reports = [], []
     for i, spec in enumerate(specs):
-        ds, report = prepare_vision_dataset(spec, f"{key}[{i}]", data_cfg, seed, prompt_only=prompt_only)
-        parts.append(ds)
+        ds, report = prepare_vision_dataset(spec, f"{key}[{i}]", data_cfg, seed, prompt_only=prompt_only, decoder=decoder)
+        parts.append(ds.with_format(None))  # mixed and split as references; decoded again at the end
         reports.append(report)
     formats = {r.format for r in reports}
     if len(formats) > 1:
@@ -292,14 +361,19 @@ def prepare_vision_datasets(data_cfg, specs, key: str, seed: int, *, prompt_only
 
 
 def prepare_vision_data(data_cfg, seed: int, *, prompt_only: bool = False):
-    """(train, format, reports, evaluation or None) for a vision-language run."""
-    train, fmt, reports = prepare_vision_datasets(data_cfg, data_cfg.datasets, "data.datasets", seed, prompt_only=prompt_only)
+    """(train, format, reports, evaluation or None) for a vision-language run; the datasets decode
+    their pictures per batch (MediaDecoder)."""
+    decoder = MediaDecoder(data_cfg)
+    train, fmt, reports = prepare_vision_datasets(data_cfg, data_cfg.datasets, "data.datasets", seed, prompt_only=prompt_only,
+                                                  decoder=decoder)
     evaluation = None
     if data_cfg.eval_datasets:
         evaluation, eval_fmt, eval_reports = prepare_vision_datasets(data_cfg, data_cfg.eval_datasets, "data.eval_datasets", seed,
-                                                                     prompt_only=prompt_only)
+                                                                     prompt_only=prompt_only, decoder=decoder)
         if eval_fmt != fmt:
             raise UserError(f"data.eval_datasets are {eval_fmt!r} but the training data is {fmt!r}; evaluation data must have the training format.")
         reports += eval_reports
     train, evaluation = hold_out(train, evaluation, data_cfg.eval_fraction, seed)
+    train = train.with_transform(decoder)
+    evaluation = evaluation.with_transform(decoder) if evaluation is not None else None
     return train, fmt.split("+")[0], reports, evaluation
