@@ -30,7 +30,7 @@ FLAG_OPTIONS = {
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """The engine flags, in their own help group; every default is None = the engine's default."""
     e = parser.add_argument_group("engines (each flag applies to the models it fits)")
-    e.add_argument("--batch-size", type=int, help="local models: prompts per batch (default: 16)")
+    e.add_argument("--batch-size", type=int, help="local models: prompts per batch (default: 64 on a CPU, 16 on a GPU)")
     e.add_argument("--decoder", choices=["posttrain", "transformers"], help="local models: posttrain's decoding loop "
                    "(default; pre-packed CPU weights, no cache copies: README 'Speed of rollouts') or transformers' generate; "
                    "the same tokens up to float32 rounding")
