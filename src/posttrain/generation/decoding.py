@@ -2,8 +2,8 @@
 
     sequences = decode(model, input_ids, attention_mask, generation_config)   # what model.generate returns
 
-Used by GRPO/GSPO rollouts (`install_fast_generate`: TRL calls `model.generate` and gets this) and
-by the local evaluation engine. Where the time of `generate` goes on a small batch, and what this
+Used by GRPO/GSPO rollouts (`algorithms.grpo.route_generate`: TRL calls `model.generate` and gets
+this) and by the local evaluation engine. Where the time of `generate` goes on a small batch, and what this
 does about each (benchmarks/rollout_speed.py measures it side by side):
 
 - **the weights are read once per decoded token**, and the linear layers dominate (82% of a
@@ -11,6 +11,8 @@ does about each (benchmarks/rollout_speed.py measures it side by side):
   runs without dropout (`inference_weights.inference_linears`);
 - **group prompts are prefilled once**: GRPO repeats each prompt `num_generations` times; the
   prompt's keys and values are computed for one copy and repeated in the cache;
+- **no cache copies**: keys and values go into buffers sized for the whole generation
+  (`preallocated_cache`; the default cache concatenates, copying every layer's cache per token);
 - **logits only where they are sampled**: the prefill asks the model for the last position's logits.
 
 What stays the same as `generate`: the model's own forward (any architecture transformers runs with
@@ -26,6 +28,7 @@ repetition penalty, min_new_tokens, suppressed tokens, streamers, ...) is not im
 from __future__ import annotations
 
 import functools
+from contextlib import nullcontext
 
 # Generation-config fields this loop implements; any other field set away from its default sends
 # the call to `generate` (see `unsupported`).
@@ -47,7 +50,7 @@ def unsupported(generation_config, model_kwargs: dict) -> str | None:
     for key, value in generation_config.to_dict().items():
         if key in SUPPORTED or key in IGNORED or value == default.get(key, value):
             continue
-        if key == "repetition_penalty" and value == 1.0 or key in ("top_k",) and value in (0, None):
+        if key == "repetition_penalty" and value == 1.0:
             continue
         return f"generation setting {key}={value!r}"
     if generation_config.max_new_tokens is None:
@@ -114,8 +117,7 @@ def decode(model, input_ids, attention_mask, generation_config, *, weights: bool
     unique, inverse = prompt_groups(input_ids, attention_mask)
     forward_kwargs = forward_options(model)
 
-    linears = inference_linears(model, rows=batch) if weights else _nothing()
-    with linears, torch.inference_mode():
+    with inference_linears(model, rows=batch) if weights else nullcontext(), torch.inference_mode():
         cache = preallocated_cache(model.config, input_ids.shape[1] + config.max_new_tokens)
         mask = attention_mask[unique]
         positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as generate derives them
@@ -212,11 +214,3 @@ def forward_options(model) -> dict:
     parameters = inspect.signature(base.forward).parameters
     return {"cache": "cache" if "cache" in parameters else "past_key_values",
             "extra": {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}}
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
