@@ -284,16 +284,25 @@ def test_identical_weights_are_evaluated_once_and_the_log_says_so(adapters, tiny
     assert "note: sft@step-2 (" in capsys.readouterr().err
     twice = make_run(tmp_path / "twice", adapters[0], steps=[1, 2, 3], final_step=4, same_as_final={2, 3})
     arms, steps = plan_arms([f"t={twice}", f"copy={adapters[0]}"], no_base=True)
-    assert [a["name"] for a in arms] == ["t@step-1", "t"]  # step 2 and 3 and the copy named on the command line: one model
+    # steps 2 and 3 are the final model; the copy named on the command line keeps its row, answered by t's generations
+    assert [(a["name"], a.get("same_as")) for a in arms] == [("t@step-1", None), ("t", None), ("copy", "t")]
     assert steps["t"] == [{"step": 1, "arm": "t@step-1"}, {"step": 2, "arm": "t"}, {"step": 3, "arm": "t"}, {"step": 4, "arm": "t"}]
     err = capsys.readouterr().err
-    assert "copy (" in err and "has the same weights as t " in err
+    assert "copy (" in err and "has the same weights as t " in err and "reported under both names" in err
 
     out = tmp_path / "cmp"
     assert posttrain_main(["compare", "--arm", f"sft={run}", "--task", "arithmetic", "--n", "2", "--max-new-tokens", "2",
                            "--out", str(out), "--no-progress"]) == 0
     assert sorted(p.stem for p in (out / "samples").iterdir()) == ["base", "sft", "sft@step-1"]  # generated once each
     assert "| 2 | sft |" in capsys.readouterr().out
+
+    named = tmp_path / "named"
+    assert posttrain_main(["compare", "--arm", f"a={adapters[0]}", "--arm", f"b={adapters[0]}", "--no-base", "--task", "arithmetic",
+                           "--n", "2", "--max-new-tokens", "2", "--out", str(named), "--no-progress"]) == 0
+    rows = {name: [json.loads(l) for l in (named / "samples" / f"{name}.jsonl").read_text().splitlines()] for name in "ab"}
+    assert [r["completion"] for r in rows["a"]] == [r["completion"] for r in rows["b"]] and {r["arm"] for r in rows["b"]} == {"b"}
+    report = json.loads((named / "report.json").read_text())
+    assert [a["arm"] for a in report["arms"]] == ["a", "b"]  # both rows, and their pair: no discordant items
 
 
 @pytest.mark.e2e

@@ -169,7 +169,9 @@ def test_latency_beyond_the_timeout_is_an_error_and_within_it_an_answer(katan):
 def test_max_inflight_overload_is_retried_until_everything_is_answered(katan):
     """--max-inflight 2 with 8 requests in flight: the excess get 503 and are retried."""
     server = katan("--max-inflight", "2", "--latency-ms", "50")
-    out = engine("vertex", server, max_workers=8, max_retries=10).generate(prompts(16), PARAMS)
+    # backoff up to 1 s: the 16 requests need ~0.4 s of the server's 2 slots; with the other tests' 0.05 s cap,
+    # 11 attempts span ~0.3 s and a loaded machine starved one request through all of them (seen in CI)
+    out = engine("vertex", server, max_workers=8, max_retries=10, backoff_base=0.05, backoff_max=1.0).generate(prompts(16), PARAMS)
     assert [c.error for c in out] == [None] * 16
     assert sum(c.extra["attempts"] > 1 for c in out) >= 1
 

@@ -264,7 +264,9 @@ def skip_identical_weights(arms: list[dict], steps: dict[str, list[dict]]) -> tu
     that ends on a multiple of N): generating for both doubles the cost and adds a comparison of a
     model with itself. Of identical arms the one named on the command line is kept over a
     checkpoint arm, else the first; a dropped checkpoint's row in the steps table points at the arm
-    kept (or goes, when that arm is the run's final model at the same step). Only local folders are compared (sha256 of
+    kept (or goes, when that arm is the run's final model at the same step). An arm named on the
+    command line is never dropped: it gets `same_as` (the arm it copies) and keeps its row in the
+    report, answered by the other's generations. Only local folders are compared (sha256 of
     their weight and config files, read only where the files' names and sizes already agree);
     members of a several-seed arm are left alone.
     """
@@ -280,7 +282,11 @@ def skip_identical_weights(arms: list[dict], steps: dict[str, list[dict]]) -> tu
     replaced: dict[str, str] = {}  # dropped arm -> the arm kept in its place
     for arm in sorted((a for a in arms if a["name"] in collide), key=lambda a: "@step-" in a["name"]):  # named arms first
         digest = weights_digest(Path(arm["spec"]).expanduser())
-        if digest in kept:
+        if digest in kept and "@step-" not in arm["name"]:
+            arm["same_as"] = kept[digest]
+            _log(f"note: {arm['name']} ({arm['spec']}) has the same weights as {kept[digest]} (sha256 {digest[:12]}); "
+                 f"generated once, reported under both names")
+        elif digest in kept:
             replaced[arm["name"]] = kept[digest]
             _log(f"note: {arm['name']} ({arm['spec']}) has the same weights as {kept[digest]} (sha256 {digest[:12]}); "
                  f"evaluated once, as {kept[digest]}")
@@ -363,6 +369,9 @@ def _run_arms(arms: list[dict], items: list[dict], params, args, out: Path, opti
     cache_dir = None if args.no_cache else Path(args.cache_dir) if args.cache_dir else out / "cache"
     results = {}
     for arm in arms:
+        if arm.get("same_as"):  # the same weights as an arm answered before it (skip_identical_weights)
+            results[arm["name"]] = [{**row, "arm": arm["name"]} for row in results[arm["same_as"]]]
+            continue
         spec = arm["spec"]
         engine = with_tools(LazyEngine(spec, lambda spec=spec: make_engine(spec, **options[spec])), toolbox, args)
         _log(f"{arm['name']}: {spec} on {len(items)} items")

@@ -37,6 +37,7 @@ class Generation(Section):
     seed: StrictInt | None = Field(None, description="Sampling seed (evaluation: also the item shuffle).")
     # engines (posttrain.commands.engine_flags): each applies to the models it fits
     batch_size: StrictInt | None = Field(None, ge=1, description="Local models: prompts per generation batch (--batch-size).")
+    decoder: Literal["posttrain", "transformers"] | None = Field(None, description="Local models: posttrain's decoding loop or transformers' generate (--decoder).")
     use_chat_template: StrictBool | None = Field(None, description="false: send plain-string prompts raw instead of as a user turn (--no-chat-template).")
     base_url: str | None = Field(None, description="API models: API root, e.g. http://localhost:8000/v1 (--base-url).")
     api_key_env: str | None = Field(None, description="API models: the environment variable holding the key; keys never go in a recipe (--api-key-env).")
