@@ -1,10 +1,15 @@
-"""Nothing imports up: an import-graph check over src/posttrain (module-level AND the lazy imports
-inside functions, since those run too). Each package has a floor; a module may import its own
-package and packages on lower floors only, so a lower floor never knows about a higher one."""
+"""Nothing imports up, and nothing imports in a circle: an import-graph check over src/posttrain
+(module-level AND the lazy imports inside functions, since those run too: a circle closed by a lazy
+import is still two modules that cannot be understood, tested or moved one without the other).
+Each package has a floor; a module may import its own package and packages on lower floors only,
+so a lower floor never knows about a higher one; and inside a package the modules' imports form no
+cycle: what two modules share lives in a third that both import (algorithms/common.py,
+models/sources.py, models/tiny_parts.py, recipe/problems.py, recipe/section.py, tools/checks.py)."""
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "posttrain"
@@ -54,10 +59,93 @@ def imports() -> list[tuple[str, str, int]]:
                     targets = [".".join(base + ([node.module] if node.module else []))]
                 else:
                     targets = [node.module or ""]
+                # `from package import module` imports the module too
+                targets += [f"{targets[0]}.{alias.name}" for alias in node.names if f"{targets[0]}.{alias.name}" in _modules()]
             else:
                 continue
             found += [(module, t, node.lineno) for t in targets if t == "posttrain" or t.startswith("posttrain.")]
     return found
+
+
+@functools.cache
+def _modules() -> frozenset[str]:
+    return frozenset(_module_name(path) for path in SRC.rglob("*.py"))
+
+
+def _owner(target: str) -> str | None:
+    """The posttrain module an import target names (`posttrain.x.y.NAME` -> `posttrain.x.y`)."""
+    while target and target not in _modules():
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def import_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {m: set() for m in _modules()}
+    for source, target, _line in imports():
+        owner = _owner(target)
+        if owner is not None and owner != source and not source.startswith(owner + "."):  # a package's own __init__ is no cycle
+            graph[source].add(owner)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_no_import_circles_between_modules():
+    """Within a package as between packages: no module reaches itself through imports (lazy ones included)."""
+    found = cycles(import_graph())
+    assert not found, "import circles (move what the modules share into a third module both import):\n" + "\n".join(
+        " <-> ".join(c) for c in found)
+
+
+def test_the_circle_check_finds_circles():
+    """The checker itself, on a made-up graph: a 3-cycle and a 2-cycle found, a chain is not a cycle."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": {"d"}, "f": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"], ["d", "e"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+    assert ("posttrain.algorithms.run", "posttrain.algorithms.run_data") in {(s, _owner(t)) for s, t, _ in imports()}
+
+
+def test_algorithm_rows_name_modules_that_exist():
+    """The algorithm table names its builder and section by string (it imports nothing): each must exist."""
+    from posttrain.recipe.algorithms import ALGORITHMS
+
+    for name, row in ALGORITHMS.items():
+        assert f"posttrain.algorithms.{row.builder}" in _modules(), f"{name}: no builder module {row.builder}"
+        module, _, cls = row.section.partition(":")
+        assert module in _modules() and module.startswith("posttrain.recipe."), f"{name}: section {row.section}"
+        source = (SRC.parent / (module.replace(".", "/") + ".py")).read_text()
+        assert f"class {cls}(" in source, f"{name}: no class {cls} in {module}"
+        assert "def build_trainer(run" in (SRC / "algorithms" / f"{row.builder}.py").read_text()
 
 
 def floor_key(module: str) -> str:
@@ -109,7 +197,7 @@ def test_shared_code_lives_in_one_place():
     """One checkpoint-N rule, one table of TRL config classes, one data reader."""
     owners = {
         "checkpoint-(": "checkpoints.py", 'f"checkpoint-{': "checkpoints.py",  # the name rule
-        '"SFTConfig"': "recipe/trl_fields.py",  # the config-class table
+        '"SFTConfig"': "recipe/algorithms.py",  # the config-class table
         "load_dataset(": "data/sources.py", "DictReader(": "data/sources.py", "parquet.read_table(": "data/sources.py",
     }
     found = {}
@@ -120,7 +208,7 @@ def test_shared_code_lives_in_one_place():
                 found.setdefault(needle, set()).add(path.relative_to(SRC).as_posix())
     strays = {needle: sorted(paths - {owners[needle]}) for needle, paths in found.items() if paths - {owners[needle]}}
     assert not strays, f"written outside its one home: {strays}"
-    assert found['"SFTConfig"'] == {"recipe/trl_fields.py"} and found["checkpoint-("] == {"checkpoints.py"}
+    assert found['"SFTConfig"'] == {"recipe/algorithms.py"} and found["checkpoint-("] == {"checkpoints.py"}
 
 
 def test_checkpoint_name_rule(tmp_path):

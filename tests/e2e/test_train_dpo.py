@@ -96,6 +96,6 @@ def test_equal_pairs_are_dropped_and_counted(tmp_path):
             {"prompt": "q3", "chosen": "", "rejected": "b"}, {"prompt": "q4", "chosen": "c", "rejected": "d"}]
     data = tmp_path / "p.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    ds, report = prepare_dataset(DatasetSpec(name=str(data)), "data.datasets[0]", "dpo", seed=0)
+    ds, report = prepare_dataset(DatasetSpec(name=str(data)), "data.datasets[0]", "preference", seed=0)
     assert ds["prompt"] == ["q1", "q4"]
     assert "kept 2 of 4 rows; dropped 1 'chosen' equal to 'rejected', 1 empty 'chosen' or 'rejected'" in report.render()

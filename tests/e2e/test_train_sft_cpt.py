@@ -127,7 +127,7 @@ def test_weighted_mixture_draws_in_proportion(data_dir, tmp_path):
     small = tmp_path / "small.jsonl"
     small.write_text("".join(line + "\n" for line in (data_dir / "sft.jsonl").read_text().splitlines()[:8]))
     data = DataSection(datasets=[{"name": str(data_dir / "sft.jsonl"), "weight": 1.0}, {"name": str(small), "weight": 3.0}])
-    train, fmt, reports, _ = prepare_training_data(data, "sft", seed=0)
+    train, fmt, reports, _ = prepare_training_data(data, None, seed=0)
     small_prompts = {__import__("json").loads(l)["prompt"] for l in small.read_text().splitlines()}
     share = sum(p in small_prompts for p in train["prompt"]) / len(train)
     assert 0.6 < share < 0.9  # ~3/4 of draws come from the weight-3 dataset, repeating its 8 rows

@@ -160,7 +160,7 @@ def test_tool_timeouts_fire_on_the_first_one():
 
 def test_rl_flags_do_not_apply_to_sft():
     records = healthy(frac_reward_zero_std=lambda s: 1.0, loss=lambda s: math.inf if s == 3 else 1.0)
-    assert names(check_health(records, algorithm="sft", window=5)) == ["nonfinite_loss"]
+    assert names(check_health(records, rl=False, window=5)) == ["nonfinite_loss"]
 
 
 def test_every_documented_flag_is_tested_here():
@@ -177,7 +177,7 @@ def test_the_tracker_does_constant_work_per_record():
 
     def feed(n: int) -> float:
         stream = healthy(n)
-        tracker = HealthTracker(algorithm="grpo", window=10)
+        tracker = HealthTracker(rl=True, window=10)
         started = time.perf_counter()
         for record in stream:
             tracker.add(record)
@@ -206,7 +206,7 @@ def test_a_resumed_run_keeps_its_baselines_and_does_not_report_old_flags_again(t
 
     def run(records, start, history):
         printed = []
-        monitor = RunMonitor(algorithm="grpo", window=5, stop_on=["no_learning_signal"], max_completion_length=None,
+        monitor = RunMonitor(rl=True, window=5, stop_on=["no_learning_signal"], max_completion_length=None,
                              samples_per_step=1, peak=None, peak_source="none", log=printed.append, history=history)
         state, control = TrainerState(global_step=start), TrainerControl()
         monitor.on_train_begin(None, state, control)

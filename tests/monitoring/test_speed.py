@@ -49,7 +49,7 @@ def test_rl_mfu_is_over_training_time_not_the_whole_step():
     from posttrain.algorithms.monitor import RunMonitor, StepTimers
 
     timers = StepTimers()
-    monitor = RunMonitor(algorithm="grpo", window=5, stop_on=[], max_completion_length=8, samples_per_step=4, peak=1e12,
+    monitor = RunMonitor(rl=True, window=5, stop_on=[], max_completion_length=8, samples_per_step=4, peak=1e12,
                          peak_source="test", timers=timers, log=lambda _: None)
     monitor.flops_per_token, monitor._last_tokens = 6_000_000, 0.0
     monitor._interval_s, monitor._interval_steps = 10.0, 1

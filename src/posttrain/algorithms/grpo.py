@@ -39,7 +39,7 @@ def reward_functions(training) -> list:
 def build_trainer(run):
     from trl import GRPOTrainer
 
-    from .run import log
+    from .common import log
 
     if run.loaded.processor is not None:
         # Image prompts (a vision-language model): the tower frozen and LoRA aimed as in sft_vlm. TRL

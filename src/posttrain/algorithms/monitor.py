@@ -104,10 +104,10 @@ def attach_timers(trainer, timers: StepTimers) -> None:
 
 
 class RunMonitor(TrainerCallback):
-    def __init__(self, *, algorithm: str, window: int, stop_on: list[str], max_completion_length: int | None,
+    def __init__(self, *, rl: bool, window: int, stop_on: list[str], max_completion_length: int | None,
                  samples_per_step: int, peak: float | None, peak_source: str,
                  timers: StepTimers | None = None, tools=None, log=print, history=None):
-        self.algorithm, self.window, self.stop_on = algorithm, window, set(stop_on)
+        self.rl, self.window, self.stop_on = rl, window, set(stop_on)
         self.max_completion_length = max_completion_length
         self.flops_per_token = 0  # set at on_train_begin from the model the trainer really trains (PEFT-wrapped or not)
         self.samples_per_step, self.peak, self.peak_source = samples_per_step, peak, peak_source
@@ -116,7 +116,7 @@ class RunMonitor(TrainerCallback):
         self.tool_totals: dict[str, int] = {}  # the whole run's tool counts, for run_summary.json
         self.log = log
         self.history = history  # metrics.jsonl: the records before a checkpoint this run resumes from
-        self.health = HealthTracker(algorithm=algorithm, window=window, max_completion_length=max_completion_length)
+        self.health = HealthTracker(rl=rl, window=window, max_completion_length=max_completion_length)
         self.flags: list = []
         self._announced: set[str] = set()
         self.stopped_by: str | None = None
@@ -245,7 +245,7 @@ class RunMonitor(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            self.log(render_health(self.flags, algorithm=self.algorithm))
+            self.log(render_health(self.flags, rl=self.rl))
 
     # -- run_summary.json ---------------------------------------------------------------------
     def summary(self) -> dict:

@@ -7,63 +7,35 @@ before output_dir is created, so a bad run leaves nothing behind.
 from __future__ import annotations
 
 import datetime
+import importlib
 import json
 import os
 import platform
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from posttrain.models.loading import DeviceInfo, LoadedModel, load_model, lora_config
+from posttrain.recipe.algorithms import ALGORITHMS
 from posttrain.recipe.load import LoadedRecipe, format_differences, resolved_dict, to_yaml
-from yaml import safe_load as yaml_load
 from posttrain.storage.run_storage import run_storage, use_s3_settings_for_sources
+from yaml import safe_load as yaml_load
 
-from . import dpo, grpo, sft, sft_vlm
 from .callbacks import MetricsFile, RecipeInCheckpoints
+from .common import Run, is_local_main_process, is_main_process, log  # noqa: F401  (importable from here, as before)
 from .monitor import RunMonitor, StepTimers
 from .output_lock import LOCK_NAME, OutputDirLock
-from .recipe_history import checkpoint_recipe, recipe_changes, render, write_history
-from .resume import checkpoint_problem, checkpoint_step, newest_complete_checkpoint
+from .recipe_history import write_history
+from .resume import check_resume_recipe, checkpoint_step, resume_point, same_checkpoint_everywhere
+from .run_data import audit_prompts, fit_prompts, prepare_data
 from .trl_config import build_trl_config, runtime_defaults
 
-TRAINERS = {"cpt": sft.build_trainer, "sft": sft.build_trainer, "sft_vlm": sft_vlm.build_trainer, "dpo": dpo.build_trainer,
-            "grpo": grpo.build_trainer, "gspo": grpo.build_trainer}
 
-
-@dataclass
-class Run:
-    loaded_recipe: LoadedRecipe
-    loaded: LoadedModel
-    train_dataset: object
-    eval_dataset: object  # None unless the recipe asks for evaluation
-    trl_config: object
-    peft_config: object
-    output_dir: Path
-    callbacks: list = field(default_factory=list)
-    data_reports: list = field(default_factory=list)
-    resume_from: Path | None = None  # the checkpoint training continues from
-    storage: object = None  # NoStorage or S3RunStorage
-    lock: OutputDirLock | None = None  # held by the main process for the whole run
-    monitor: RunMonitor | None = None  # speed + health; RL trainers attach its timers
-    token_audits: list = field(default_factory=list)  # posttrain.data.token_audit.TokenAudit, filled by the trainer builder
-    toolbox: object = None  # posttrain.tools.isolation.Toolbox of a GRPO/GSPO run with tools, else None
-
-    def trainer_kwargs(self) -> dict:
-        """What every TRL trainer takes; algorithm modules add their own (reward functions, ...)."""
-        return dict(model=self.loaded.model, args=self.trl_config, train_dataset=self.train_dataset, eval_dataset=self.eval_dataset,
-                    processing_class=self.loaded.processing_class, peft_config=self.peft_config, callbacks=self.callbacks)
-
-
-def is_main_process() -> bool:
-    return int(os.environ.get("RANK", "0")) == 0
-
-
-def log(msg: str = "") -> None:
-    if is_main_process():
-        print(msg, flush=True)
+def build_trainer(run: Run):
+    """The algorithm's trainer, from its builder module (its row's `builder`: posttrain.algorithms.<builder>)."""
+    module = importlib.import_module(f"{__package__}.{ALGORITHMS[run.loaded_recipe.recipe.training.algorithm].builder}")
+    return module.build_trainer(run)
 
 
 def provenance() -> dict:
@@ -86,64 +58,6 @@ def provenance() -> dict:
     except (OSError, subprocess.SubprocessError):
         pass
     return info
-
-
-def prepare_data(recipe, seed: int):
-    """(train, eval or None, format, reports) for the recipe's algorithm; no model needed yet."""
-    from posttrain.data.formats import prepare_training_data
-    from posttrain.data.prompts import read_prompt_data
-    from posttrain.recipe.schema import RL_ALGORITHMS
-
-    if recipe.uses_images:
-        from posttrain.data.vision import prepare_vision_data
-
-        train, fmt, reports, evaluation = prepare_vision_data(recipe.data, seed, prompt_only=recipe.training.algorithm in RL_ALGORITHMS)
-        return train, evaluation, "prompt" if recipe.training.algorithm in RL_ALGORITHMS else fmt, reports
-    if recipe.training.algorithm in RL_ALGORITHMS:
-        from posttrain.data.prompts import untagged_prompt_warning
-        from posttrain.rewards.builtin import NUMERIC_GOLD_REWARDS
-
-        names = [r.name for r in recipe.training.rewards]
-        train, reports, evaluation = read_prompt_data(recipe.data, seed, numeric_gold=any(n in NUMERIC_GOLD_REWARDS for n in names))
-        warning = untagged_prompt_warning(train, names)
-        if warning:
-            log(warning)
-        return train, evaluation, "prompt", reports
-    train, fmt, reports, evaluation = prepare_training_data(recipe.data, recipe.training.algorithm, seed)
-    return train, evaluation, fmt, reports
-
-
-def fit_prompts(recipe, tokenizer, datasets_: list, tools: list | None = None, drops=None):
-    """Enforce data.max_prompt_length (GRPO/GSPO/DPO) now that the tokenizer is loaded (counting the
-    tool schemas the chat template renders into each prompt, when there are tools); dropped prompts
-    go into `drops` (a DropLedger), against their dataset when the split has one."""
-    from posttrain.data.prompts import enforce_prompt_length
-
-    data, out = recipe.data, []
-    for split, ds in zip(("train", "eval"), datasets_):
-        if ds is not None and "prompt" in ds.column_names and data.max_prompt_length is not None:
-            before = len(ds)
-            ds, note = enforce_prompt_length(ds, tokenizer, data.max_prompt_length, data.prompt_truncation, tools=tools)
-            log(note)
-            if drops is not None:
-                drops.add_stage(split_key(data, split), f"over data.max_prompt_length={data.max_prompt_length}", before, before - len(ds))
-        out.append(ds)
-    return out
-
-
-def split_key(data, split: str) -> str:
-    """The dataset a split's rows come from ('data.datasets[0]'), or the section when it mixes several."""
-    specs, section = (data.eval_datasets, "data.eval_datasets") if split == "eval" and data.eval_datasets else (data.datasets, "data.datasets")
-    return f"{section}[0]" if len(specs) == 1 else f"{section} (mixed)"
-
-
-def audit_prompts(train_dataset, eval_dataset, tokenizer, trl_config, tools: list | None = None) -> list:
-    """RL runs: the prompts' token counts (posttrain.data.token_audit.PromptAudit), tool schemas included."""
-    from posttrain.data.prompts import prompt_token_count
-    from posttrain.data.token_audit import PromptAudit
-
-    return [PromptAudit(split, [len(prompt_token_count(p, tokenizer, tools)) for p in ds["prompt"]], trl_config.max_completion_length)
-            for split, ds in (("train", train_dataset), ("eval", eval_dataset)) if ds is not None and len(ds)]
 
 
 def make_trl_config(recipe, device, data_format):
@@ -208,15 +122,50 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     seed = training.seed if training.seed is not None else 42
     log(f"posttrain: {training.algorithm} run, recipe {loaded_recipe.source}")
     log(format_differences(loaded_recipe))
-
-    # Where to resume from, and whether this recipe may continue it, before anything heavy loads.
-    output_dir = Path(training.output_dir)
-    storage = run_storage(recipe.s3)
-    resume_from = resume_point(training.resume_from_checkpoint, output_dir, storage)  # every rank, before the process group
+    output_dir, storage = Path(training.output_dir), run_storage(recipe.s3)
     recipe_text = to_yaml(resolved_dict(recipe))
-    if resume_from is not None:
-        check_resume_recipe(resume_from, output_dir, yaml_load(recipe_text), training.resume_from_checkpoint)
+    resume_from = _resume_from(recipe, output_dir, storage, recipe_text)  # before anything heavy loads
+    train_dataset, eval_dataset, data_format, reports, drops = _read_data(recipe, seed)
+    device = DeviceInfo.detect()
+    trl_config = _trl_config(recipe, device, data_format)
+    world = trl_config.world_size  # starts the process group when there are several processes
+    same_checkpoint_everywhere(resume_from, world)
+    from posttrain.tracking import configure as configure_tracking
 
+    for note in configure_tracking(recipe.tracking, Path(trl_config.output_dir)):
+        log(note)
+    loaded = _load_model(recipe, device, trl_config, seed)
+    from .tool_use import prepare_tools
+
+    toolbox = prepare_tools(recipe, loaded, log)  # chat_template_path, tools in workers, the template check
+    schemas = toolbox.schemas() if toolbox is not None else None
+    train_dataset, eval_dataset = fit_prompts(recipe, loaded.tokenizer, [train_dataset, eval_dataset], schemas, drops)
+    prompt_audits = audit_prompts(train_dataset, eval_dataset, loaded.tokenizer, trl_config, schemas) if data_format == "prompt" and not recipe.uses_images else []
+    monitor = make_monitor(recipe, loaded, trl_config, output_dir / "metrics.jsonl")
+    # Continuing an adapter: the loaded PeftModel is already trainable; a second LoRA config on top
+    # would make TRL stack a new adapter (or refuse: "PeftModel together with a peft_config").
+    peft_config = None if loaded.adapter_dir is not None else lora_config(recipe.model)
+    run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, peft_config, output_dir,
+              _callbacks(recipe, monitor, output_dir, recipe_text, storage), reports, resume_from, storage, lock, monitor, prompt_audits, toolbox)
+    trainer = build_trainer(run)  # user rewards import here: a failure leaves output_dir as it was
+    monitor_first(trainer, monitor)
+    _check_built(run, trainer, drops, device, world)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if is_main_process():
+        _write_run_files(output_dir, recipe_text, trl_config, resume_from)
+    return run, trainer
+
+
+def _resume_from(recipe, output_dir: Path, storage, recipe_text: str) -> Path | None:
+    """Where to resume from, and whether this recipe may continue it; every rank, before the process group."""
+    resume_from = resume_point(recipe.training.resume_from_checkpoint, output_dir, storage)
+    if resume_from is not None:
+        check_resume_recipe(resume_from, output_dir, yaml_load(recipe_text), recipe.training.resume_from_checkpoint)
+    return resume_from
+
+
+def _read_data(recipe, seed: int):
+    """(train, eval, format, reports, drops): the datasets read and mapped, the drop limit checked, before the model loads."""
     use_s3_settings_for_sources(recipe.s3)
     if recipe.uses_images:  # a text-only model fails here, before any image is read
         from posttrain.models.vision import require_vision_language
@@ -229,11 +178,15 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     for report in reports:
         log(report.render())
         drops.add_report(report)
-    drops.check()  # before the model loads
+    drops.check()
     if eval_dataset is not None:
         log(f"evaluation data: {len(eval_dataset)} rows" + (f" (held out: data.eval_fraction={recipe.data.eval_fraction})" if recipe.data.eval_fraction else ""))
+    return train_dataset, eval_dataset, data_format, reports, drops
 
-    device = DeviceInfo.detect()
+
+def _trl_config(recipe, device, data_format: str):
+    """The TRL config, with what posttrain decided for this machine printed first."""
+    training = recipe.training
     for key, (value, why) in runtime_defaults(recipe, device, data_format).items():
         if key != "report_to" or value != "none":
             log(f"training.{key} = {value}  (posttrain at start-up: {why})")
@@ -243,14 +196,10 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
         if device.kind == "cpu" and BACKENDS[training.distributed][0] == "deepspeed":
             os.environ.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed's CPU accelerator (gloo), before it is imported
         log(f"training.distributed = {training.distributed}: {BACKENDS[training.distributed][1]} ({config_path(training.distributed)})")
-    trl_config = make_trl_config(recipe, device, data_format)
-    world = trl_config.world_size  # starts the process group when there are several processes
-    same_checkpoint_everywhere(resume_from, world)
-    from posttrain.tracking import configure as configure_tracking
+    return make_trl_config(recipe, device, data_format)
 
-    for note in configure_tracking(recipe.tracking, Path(trl_config.output_dir)):
-        log(note)
 
+def _load_model(recipe, device, trl_config, seed: int) -> LoadedModel:
     from transformers import set_seed
 
     set_seed(seed)  # before the model loads: LoRA's initialisation draws from the global generator
@@ -261,50 +210,45 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     loaded = load_model(recipe.model, device, vision=recipe.uses_images)
     for note in loaded.notes:
         log(note)
-    from .tool_use import prepare_tools
+    return loaded
 
-    toolbox = prepare_tools(recipe, loaded, log)  # chat_template_path, tools in workers, the template check
-    schemas = toolbox.schemas() if toolbox is not None else None
-    train_dataset, eval_dataset = fit_prompts(recipe, loaded.tokenizer, [train_dataset, eval_dataset], schemas, drops)
-    prompt_audits = audit_prompts(train_dataset, eval_dataset, loaded.tokenizer, trl_config, schemas) if data_format == "prompt" and not recipe.uses_images else []
 
-    monitor = make_monitor(recipe, loaded, trl_config, output_dir / "metrics.jsonl")
+def _callbacks(recipe, monitor, output_dir: Path, recipe_text: str, storage) -> list:
     # the monitor adds speed/health keys to each log record: before MetricsFile here, before the trackers in monitor_first
     callbacks = [monitor, MetricsFile(output_dir / "metrics.jsonl"), RecipeInCheckpoints(output_dir, recipe_text), *storage.callbacks()]
+    training = recipe.training
     if training.early_stopping_patience is not None:
         from transformers import EarlyStoppingCallback
 
         callbacks.append(EarlyStoppingCallback(training.early_stopping_patience, training.early_stopping_threshold or 0.0))
-    # Continuing an adapter: the loaded PeftModel is already trainable; a second LoRA config on top
-    # would make TRL stack a new adapter (or refuse: "PeftModel together with a peft_config").
-    peft_config = None if loaded.adapter_dir is not None else lora_config(recipe.model)
-    run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, peft_config, output_dir, callbacks, reports,
-              resume_from, storage, lock, monitor, prompt_audits, toolbox)
-    trainer = TRAINERS[training.algorithm](run)  # user rewards import here: a failure leaves output_dir as it was
-    monitor_first(trainer, monitor)
+    return callbacks
+
+
+def _check_built(run: Run, trainer, drops, device, world: int) -> None:
+    """The trainer is built and nothing has trained: token audits, the drop limit, the padding note."""
     for audit in run.token_audits:
         log(audit.render())
     drops.add_audits(run.token_audits)
-    drops.check()  # the trainer is built, nothing has trained
-    if training.algorithm in ("sft", "dpo") and is_main_process():
+    drops.check()
+    if ALGORITHMS[run.loaded_recipe.recipe.training.algorithm].padding_note and is_main_process():
         from posttrain.data.padding import padding_note
 
-        note = padding_note(trainer.train_dataset, trl_config, device.kind)
+        note = padding_note(trainer.train_dataset, run.trl_config, device.kind)
         if note:
             log(note)
     if world > 1:
         log(f"{world} processes ({os.environ.get('LOCAL_WORLD_SIZE', '?')} on this node), distributed type "
             f"{trainer.accelerator.distributed_type.value}")
 
-    output_dir.mkdir(parents=True, exist_ok=True)
-    if is_main_process():
-        header = "".join(f"# {k}: {v}\n" for k, v in provenance().items())
-        (output_dir / "resolved_recipe.yaml").write_text(header + recipe_text)
-        trl_json = trl_config.to_json_string()
-        write_history(output_dir, header + recipe_text, checkpoint_step(resume_from) if resume_from else 0, trl_json)
-        (output_dir / "trl_config.json").write_text(trl_json)
-        keep_metrics(output_dir / "metrics.jsonl", checkpoint_step(resume_from) if resume_from else 0)
-    return run, trainer
+
+def _write_run_files(output_dir: Path, recipe_text: str, trl_config, resume_from: Path | None) -> None:
+    header = "".join(f"# {k}: {v}\n" for k, v in provenance().items())
+    (output_dir / "resolved_recipe.yaml").write_text(header + recipe_text)
+    trl_json = trl_config.to_json_string()
+    step = checkpoint_step(resume_from) if resume_from else 0
+    write_history(output_dir, header + recipe_text, step, trl_json)
+    (output_dir / "trl_config.json").write_text(trl_json)
+    keep_metrics(output_dir / "metrics.jsonl", step)
 
 
 def monitor_first(trainer, monitor) -> None:
@@ -320,24 +264,19 @@ def monitor_first(trainer, monitor) -> None:
 def make_monitor(recipe, loaded: LoadedModel, trl_config, history: Path | None = None) -> RunMonitor:
     """Speed and health watching for this run (see posttrain.algorithms.monitor)."""
     from posttrain.monitoring.speed import device_peak, world_size
-    from posttrain.recipe.schema import RL_ALGORITHMS
 
     training = recipe.training
-    rl = training.algorithm in RL_ALGORITHMS
+    rl = ALGORITHMS[training.algorithm].rl
     precision = "bf16" if trl_config.bf16 else "fp16" if trl_config.fp16 else "fp32"
     peak, source = device_peak(precision)
     samples = trl_config.per_device_train_batch_size * trl_config.gradient_accumulation_steps * world_size()
     from .tool_use import ToolCounts
 
-    return RunMonitor(algorithm=training.algorithm, window=training.health_window, stop_on=list(training.stop_on),
+    return RunMonitor(rl=rl, window=training.health_window, stop_on=list(training.stop_on),
                       max_completion_length=getattr(trl_config, "max_completion_length", None) if rl else None,
                       samples_per_step=samples, peak=peak, peak_source=source,
                       timers=StepTimers() if rl else None, tools=ToolCounts() if getattr(training, "uses_tools", False) else None,
                       log=log, history=history)
-
-
-def is_local_main_process() -> bool:
-    return int(os.environ.get("LOCAL_RANK", "0")) == 0
 
 
 def resolve_model_sources(model_cfg) -> None:
@@ -348,85 +287,6 @@ def resolve_model_sources(model_cfg) -> None:
     base = adapter_base(source) if Path(source).is_dir() else None
     if base is not None:
         resolve_source(base)
-
-
-def machine_lock(name: str):
-    """An exclusive flock shared by this machine's processes (in the posttrain cache; the kernel drops it if we die)."""
-    import hashlib
-
-    from posttrain.locks import exclusive
-    from posttrain.storage.cache import default_cache_root
-
-    return exclusive(default_cache_root() / "locks" / (hashlib.sha256(name.encode()).hexdigest()[:32] + ".lock"))
-
-
-def same_checkpoint_everywhere(resume_from: Path | None, world: int) -> None:
-    """Every rank must continue from the same step; they would not if nodes see different output_dirs."""
-    if world <= 1:
-        return
-    import torch.distributed as dist
-
-    from posttrain.errors import UserError
-
-    mine = checkpoint_step(resume_from) if resume_from else 0
-    steps = [None] * world
-    dist.all_gather_object(steps, mine)
-    if len(set(steps)) > 1:
-        raise UserError(f"the ranks found different checkpoints to resume from (steps by rank: {steps}): output_dir must be "
-                        "on a filesystem every node shares, or give the run an s3 section so each node fetches the same one.")
-
-
-def resume_point(value, output_dir: Path, storage) -> Path | None:
-    """training.resume_from_checkpoint: 'auto' (default) -> the newest complete checkpoint, local or
-    (with an s3 section) uploaded, if any; false/null -> start fresh; a path -> that checkpoint.
-
-    Every rank runs this before the process group exists, so the processes of one machine take
-    turns through a file lock: the first downloads a newer uploaded checkpoint into output_dir,
-    the others then find it there complete (one download per node, never two into one folder).
-    """
-    from posttrain.errors import UserError
-
-    if value in (None, False, "false"):
-        return None
-    if value in ("auto", "force"):
-        with machine_lock(f"resume {output_dir.resolve()}"):
-            found, notes = newest_complete_checkpoint(output_dir)
-            remote = storage.fetch_checkpoint(output_dir, checkpoint_step(found) if found else 0)
-        for note in notes:
-            log(note)
-        if remote is not None:
-            # printed by every process that downloads (local rank 0 of each node), not only rank 0
-            print(f"rank {os.environ.get('RANK', '0')}: downloaded {remote.name} from S3: newer than any complete local checkpoint", flush=True)
-            found = remote
-        if found is not None:
-            log(f"resuming from {found} (training.resume_from_checkpoint={value}; set it to false to start over)")
-        return found
-    path = Path(value)
-    problem = checkpoint_problem(path) if path.is_dir() else "not a directory"
-    if problem:
-        raise UserError(f"training.resume_from_checkpoint: cannot resume from {value}: {problem}")
-    return path
-
-
-def check_resume_recipe(checkpoint: Path, output_dir: Path, new: dict, mode) -> None:
-    """Refuse to continue a checkpoint under a different recipe (unless forced); print schedule changes."""
-    from posttrain.errors import UserError
-
-    old, where = checkpoint_recipe(checkpoint, output_dir)
-    if old is None:
-        log(f"note: {checkpoint} carries no recipe to compare with; resuming as asked")
-        return
-    allowed, refused = recipe_changes(old, new)
-    if allowed:
-        log(f"changed since {checkpoint.name} (allowed on resume):\n{render(allowed)}")
-    if refused and mode != "force":
-        raise UserError(
-            f"training.resume_from_checkpoint: {checkpoint} was trained with another recipe ({where}); these keys differ:\n"
-            f"{render(refused)}\nOnly the schedule (max_steps, num_train_epochs, save/logging/eval cadence), tracking, s3 and activation_checkpointing may "
-            "change on resume. Restore those keys, start over with training.resume_from_checkpoint=false (or another "
-            "training.output_dir), or continue anyway with training.resume_from_checkpoint=force.")
-    if refused:
-        log(f"warning: resuming {checkpoint.name} with a changed recipe (training.resume_from_checkpoint=force):\n{render(refused)}")
 
 
 def _remove_empty(folder: Path) -> None:
@@ -467,6 +327,7 @@ def keep_metrics(path: Path, upto_step: int) -> None:
 def _write_summary(run: Run, result, seconds: float) -> None:
     summary = {
         "algorithm": run.loaded_recipe.recipe.training.algorithm,
+        "rl": ALGORITHMS[run.loaded_recipe.recipe.training.algorithm].rl,
         "global_step": result.global_step,
         "train_loss": result.training_loss,
         "wall_seconds": round(seconds, 2),

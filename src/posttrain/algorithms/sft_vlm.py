@@ -95,7 +95,7 @@ def audit_rows(dataset, split: str, collator, max_length: int | None, tokenizer,
 def build_trainer(run):
     from posttrain.models.vision import render_parts
 
-    from .run import log
+    from .common import log
     from .sft import audited_trainer_class
 
     prepare_model(run, log)

@@ -48,11 +48,11 @@ class DataReport:
         return f" (row{'s' if len(rows) > 1 else ''} {', '.join(map(str, rows[:shown]))}{more})"
 
 
-def detect_format(spec, columns: list[str], algorithm: str) -> str:
-    if algorithm == "cpt":
-        return "text"
-    if algorithm == "dpo":
-        return "preference"
+def detect_format(spec, columns: list[str], fixed: str | None = None) -> str:
+    """The dataset's format: `fixed` when the algorithm reads one format only (its data shape:
+    posttrain.recipe.algorithms), else the spec's, else guessed from the columns."""
+    if fixed is not None:
+        return fixed
     if spec.format != "auto":
         return spec.format
     if spec.messages_column in columns:
@@ -160,12 +160,12 @@ def _chat_pair_problem(row: dict) -> str | None:
     return None
 
 
-def prepare_dataset(spec, key: str, algorithm: str, seed: int):
+def prepare_dataset(spec, key: str, fixed_format: str | None, seed: int):
     """Load one dataset spec and return (dataset in TRL columns, DataReport)."""
     raw, templated = render_templates(load_split(spec, key), spec, key)
     if templated:
         return _prepared(raw, spec, key, templated, {c: c for c in raw.column_names}, seed, templated=True)
-    fmt = detect_format(spec, raw.column_names, algorithm)
+    fmt = detect_format(spec, raw.column_names, fixed_format)
     mapping = _columns_for(spec, fmt)
     missing = [src for src in mapping.values() if src not in raw.column_names]
     if missing:
@@ -210,13 +210,13 @@ def _key_for(spec, column: str, fmt: str) -> str:
     return "format"
 
 
-def prepare_datasets(specs, key: str, algorithm: str, seed: int):
+def prepare_datasets(specs, key: str, fixed_format: str | None, seed: int):
     """Datasets `specs` (found at recipe key `key`), concatenated; they must share one format."""
     import datasets
 
     parts, reports = [], []
     for i, spec in enumerate(specs):
-        ds, report = prepare_dataset(spec, f"{key}[{i}]", algorithm, seed)
+        ds, report = prepare_dataset(spec, f"{key}[{i}]", fixed_format, seed)
         parts.append(ds)
         reports.append(report)
     formats = {r.format for r in reports}
@@ -240,12 +240,12 @@ def mix(parts: list, specs, seed: int):
     return datasets.interleave_datasets(parts, probabilities=[w / total for w in weights], seed=seed, stopping_strategy="all_exhausted")
 
 
-def prepare_training_data(data_cfg, algorithm: str, seed: int):
+def prepare_training_data(data_cfg, fixed_format: str | None, seed: int):
     """Training data, its format, per-dataset reports, and evaluation data (None unless asked for)."""
-    train, fmt, reports = prepare_datasets(data_cfg.datasets, "data.datasets", algorithm, seed)
+    train, fmt, reports = prepare_datasets(data_cfg.datasets, "data.datasets", fixed_format, seed)
     evaluation = None
     if data_cfg.eval_datasets:
-        evaluation, eval_fmt, eval_reports = prepare_datasets(data_cfg.eval_datasets, "data.eval_datasets", algorithm, seed)
+        evaluation, eval_fmt, eval_reports = prepare_datasets(data_cfg.eval_datasets, "data.eval_datasets", fixed_format, seed)
         if eval_fmt != fmt:
             raise UserError(f"data.eval_datasets are {eval_fmt!r} but the training data is {fmt!r}; evaluation data must have the training format.")
         reports += eval_reports

@@ -228,7 +228,7 @@ def prepare_vision_dataset(spec, key: str, data_cfg, seed: int, *, prompt_only: 
         check_template_columns(templates, raw.column_names, key)
         fmt = "text" if "text_template" in templates else "prompt_completion"
     else:
-        fmt = "prompt_completion" if prompt_only else detect_format(spec, raw.column_names, "sft")
+        fmt = "prompt_completion" if prompt_only else detect_format(spec, raw.column_names)
     if not templates and fmt not in ("messages", "prompt_completion"):
         raise UserError(f"{key} ({spec.name}): vision-language rows need a chat ('{spec.messages_column}') or "
                         f"'{spec.prompt_column}'/'{spec.completion_column}' columns; found {raw.column_names}. "

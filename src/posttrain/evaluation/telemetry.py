@@ -47,6 +47,7 @@ class RunMetrics:
     summary: dict | None = None  # run_summary.json, once the run has finished
     algorithm: str | None = None
     window: int = 10
+    rl: bool = False  # an RL run: its RL health checks apply
 
     @property
     def max_step(self) -> int:
@@ -78,7 +79,9 @@ def load_run(path: Path) -> RunMetrics:
     summary_path = path / "run_summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
     algorithm = (summary or {}).get("algorithm") or ("grpo" if "num_generations" in trl else None)
-    return RunMetrics(path.name, path, records, trl.get("beta"), summary, algorithm, _health_window(path))
+    # run_summary.json says whether the run was RL; before it finishes, RL trainers' configs have num_generations
+    rl = bool((summary or {}).get("rl", "num_generations" in trl))
+    return RunMetrics(path.name, path, records, trl.get("beta"), summary, algorithm, _health_window(path), rl)
 
 
 def _health_window(path: Path) -> int:
@@ -101,7 +104,7 @@ def run_health(run: RunMetrics) -> list:
     config = run.path / "trl_config.json"
     if config.is_file():
         max_len = json.loads(config.read_text()).get("max_completion_length")
-    return check_health(run.records, algorithm=run.algorithm or "sft", window=run.window, max_completion_length=max_len)
+    return check_health(run.records, rl=run.rl, window=run.window, max_completion_length=max_len)
 
 
 def render_health_and_speed(runs: list[RunMetrics]) -> str:
@@ -110,7 +113,7 @@ def render_health_and_speed(runs: list[RunMetrics]) -> str:
 
     lines = ["## health", ""]
     for run in runs:
-        lines.append(render_health(run_health(run), title=f"- {run.name}", algorithm=run.algorithm or "sft").replace("\n  - ", "\n    - "))
+        lines.append(render_health(run_health(run), title=f"- {run.name}", rl=run.rl).replace("\n  - ", "\n    - "))
         if run.summary and run.summary.get("stopped_by"):
             lines.append(f"    stopped early by training.stop_on: {run.summary['stopped_by']} at step {run.summary.get('global_step')}")
     lines += ["", "## speed (whole run)", "", "| run | tokens/s | samples/s | s/step | generation | scoring | training | MFU | peak |",

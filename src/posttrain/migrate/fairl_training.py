@@ -65,20 +65,20 @@ MEDIA_LOADER_KEYS = {k for k in MEDIA_DATA_KEYS if k.endswith(("cache_dir", "fet
 def _posttrain_default(algorithm: str, key: str):
     """What posttrain would use for a training key the converted recipe leaves out."""
     from posttrain.recipe.defaults import defaults_for
-    from posttrain.recipe.schema import ALGORITHMS
+    from posttrain.recipe.algorithms import ALGORITHMS
     from posttrain.recipe.trl_fields import trl_fields
 
     ours = defaults_for(algorithm, {})
     if key in ours:
         return ours[key]
-    family = ALGORITHMS[algorithm][0] if algorithm in ALGORITHMS else "sft"  # no schema built to learn it
+    family = ALGORITHMS[algorithm].family if algorithm in ALGORITHMS else "sft"  # no schema built to learn it
     spec = trl_fields(family).get(key)
     return spec["default"] if spec else None
 
 
 def schema_has(path: str) -> bool:
     """Does this posttrain build have the key `path` (dots; `[i]` for list items)?"""
-    from posttrain.recipe.load import _unwrap
+    from posttrain.recipe.section import unwrap
     from posttrain.recipe.schema import TRAINING_MODELS, Recipe
 
     parts = path.replace("[i]", "").split(".")
@@ -89,7 +89,7 @@ def schema_has(path: str) -> bool:
         info = model.model_fields.get(part) if model else None
         if info is None:
             return False
-        found = _unwrap(info.annotation)
+        found = unwrap(info.annotation)
         model = found[0] if found else None
     return True
 
@@ -454,9 +454,9 @@ def _training(conv: Conversion, out: dict, training: dict, algorithm: str, data:
     if "output_dir" in training:
         t["output_dir"] = training["output_dir"]
         conv.add("training.output_dir", "training.output_dir")
-    from posttrain.recipe.schema import DEAD_FOR_ALGORITHM
+    from posttrain.recipe.training_section import dead_fields
 
-    dead = DEAD_FOR_ALGORITHM.get(algorithm, {})
+    dead = dead_fields(algorithm)
     for key in forwarded:
         value = training.get(key, FAIRL_DEFAULTS.get(key))
         if key in dead:  # a TRL key no posttrain trainer reads: the recipe would be refused

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .tiny import CHAT_TEMPLATE, EOS_TOKEN, IM_END, MAX_POSITIONS, PAD_TOKEN, SIZES
+from .tiny_parts import CHAT_TEMPLATE, EOS_TOKEN, IM_END, MAX_POSITIONS, PAD_TOKEN, SIZES, build_tokenizer
 
 # Bump when the build's output changes; part of the cache folder's name (tiny.dir_name).
 VLM_BUILDER_VERSION = 3
@@ -48,9 +48,7 @@ def build_processor(seed: int = 0):
     from transformers.models.llava.image_processing_pil_llava import LlavaImageProcessorPil
     from transformers.models.llava.processing_llava import LlavaProcessor
 
-    from .tiny import _build_tokenizer
-
-    tokenizer = _build_tokenizer(seed, extra_special=(IMAGE_TOKEN,))
+    tokenizer = build_tokenizer(seed, extra_special=(IMAGE_TOKEN,))
     image_processor = LlavaImageProcessorPil(
         size={"shortest_edge": IMAGE_SIZE}, crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}, do_pad=True
     )

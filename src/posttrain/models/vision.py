@@ -117,7 +117,7 @@ def is_vision_language(source: str, model_cfg) -> bool:
 
 def require_vision_language(model_cfg, why: str) -> str:
     """The resolved source of a VLM, or a UserError naming the (text-only) model; loads only its config."""
-    from .loading import adapter_base, resolve_source
+    from .sources import adapter_base, resolve_source
 
     source = resolve_source(model_cfg.base_model_name)
     base = adapter_base(source) if Path(source).is_dir() else None

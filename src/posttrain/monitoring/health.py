@@ -1,6 +1,6 @@
 """Run health: does this run's own telemetry say it cannot be learning, or is learning the wrong thing?
 
-    flags = check_health(records, algorithm="grpo", window=10, max_completion_length=32)
+    flags = check_health(records, rl=True, window=10, max_completion_length=32)
     print(render_health(flags))
 
 ``records`` are metrics.jsonl records (``{"step": N, "loss": ..., "reward": ...}``), the same
@@ -21,7 +21,6 @@ import math
 from collections import deque
 from dataclasses import asdict, dataclass
 
-RL_ALGORITHMS = ("grpo", "gspo")
 ALL_RUN_FLAGS = ("nonfinite_loss", "zero_learning_rate")  # the flags every algorithm checks; the rest are RL-only
 
 # name -> (what it means, the threshold in words). Thresholds are the module constants below.
@@ -225,7 +224,7 @@ class HealthTracker:
     checks keep their streak, the baselines their first window, reward_divergence each reward's
     first and last window), so a run of N logged steps costs O(N) in all, not O(N^2).
 
-        tracker = HealthTracker(algorithm="grpo", window=10)
+        tracker = HealthTracker(rl=True, window=10)
         for record in records:
             tracker.add(record)
         tracker.flags()   # what check_health(records) returns
@@ -234,10 +233,10 @@ class HealthTracker:
     streaks continue where they were instead of starting again from the resumed segment.
     """
 
-    def __init__(self, *, algorithm: str = "grpo", window: int = 10, max_completion_length: int | None = None):
+    def __init__(self, *, rl: bool = True, window: int = 10, max_completion_length: int | None = None):
         if window < 1:
             raise ValueError(f"window must be at least 1 step, got {window}")
-        self.rl, self.window, self.max_completion_length = algorithm in RL_ALGORITHMS, window, max_completion_length
+        self.rl, self.window, self.max_completion_length = rl, window, max_completion_length  # rl: the algorithm's row (recipe/algorithms.py)
         self.previous = 0  # the step of the last record: the next value covers the steps after it
         w = window
         self.streaks = {
@@ -283,7 +282,7 @@ class HealthTracker:
         self.previous = max(self.previous, step)
 
     def flags(self) -> list[Flag]:
-        """Every flag raised so far, in FLAGS order. RL flags apply to GRPO/GSPO only."""
+        """Every flag raised so far, in FLAGS order. RL flags apply to RL runs only (rl=True)."""
         flags = self._rl_flags() if self.rl else []
         for key, bad in self.nonfinite.items():
             if bad.count:
@@ -358,19 +357,19 @@ class HealthTracker:
         return out
 
 
-def check_health(records: list[dict], *, algorithm: str = "grpo", window: int = 10,
+def check_health(records: list[dict], *, rl: bool = True, window: int = 10,
                  max_completion_length: int | None = None) -> list[Flag]:
-    """Every flag the records raise, in FLAGS order (a HealthTracker fed all of them). RL flags apply to GRPO/GSPO only."""
-    tracker = HealthTracker(algorithm=algorithm, window=window, max_completion_length=max_completion_length)
+    """Every flag the records raise, in FLAGS order (a HealthTracker fed all of them). RL flags apply to RL runs only (rl=True)."""
+    tracker = HealthTracker(rl=rl, window=window, max_completion_length=max_completion_length)
     for record in records:
         tracker.add(record)
     return tracker.flags()
 
 
-def render_health(flags: list[Flag], *, title: str = "health", algorithm: str = "grpo") -> str:
+def render_health(flags: list[Flag], *, title: str = "health", rl: bool = True) -> str:
     """The health section: one line per flag, or a line saying none fired and what was checked."""
     if not flags:
-        checks = list(FLAGS) if algorithm in RL_ALGORITHMS else list(ALL_RUN_FLAGS)
+        checks = list(FLAGS) if rl else list(ALL_RUN_FLAGS)
         return f"{title}: no flag raised (checked: {', '.join(checks)})"
     return "\n".join([f"{title}: {len(flags)} flag(s)", *(f"  - {f.render()}" for f in flags)])
 

@@ -40,6 +40,8 @@ Defaults that depend on the machine or the data are resolved when the run starts
 
 from __future__ import annotations
 
+from .algorithms import ALGORITHMS, RL_ALGORITHMS
+
 COMMON: dict[str, object] = {
     # TRL turns checkpointing on through `gradient_checkpointing`, a name transformers 5 deprecated.
     # Whether it is on is decided per device at start-up (see the module docstring); how it runs when
@@ -50,7 +52,7 @@ COMMON: dict[str, object] = {
 }
 
 # Only SFT-family trainers use transformers' loss, which is what this key acts on; DPO and GRPO
-# compute and normalise their own (it is rejected there: schema.DEAD_FOR_ALGORITHM).
+# compute and normalise their own (it is rejected there: the rows' `dead` in recipe/algorithms.py).
 TOKEN_LOSS: dict[str, object] = {
     # Many processes, one result (kept at TRL's value, stated here on purpose). With it, each rank
     # divides its summed token loss by the number of loss tokens of *all* ranks (gathered in
@@ -64,31 +66,18 @@ TOKEN_LOSS: dict[str, object] = {
     "average_tokens_across_devices": True,
 }
 
-ALGORITHM_DEFAULTS: dict[str, dict[str, object]] = {
-    # Continued pre-training: raw text cut into fixed-length blocks, loss on every token.
-    "cpt": {"packing": True, "packing_strategy": "wrapped", "completion_only_loss": False},
-    "sft": {},
-    # Vision-language SFT: TRL truncates at max_length (1024) after the processor has expanded each
-    # image into its tokens, and a cut through an image's tokens is an error ("Image features and
-    # image tokens do not match"). Unbounded by default; bound image tokens with data.max_image_pixels.
-    "sft_vlm": {"max_length": None},
-    # TRL's beta=0.0 silently removes the KL term and the reference model; with it, policies drift
-    # into reward hacks (empty reasoning + bare answers). 0.04 is the DeepSeekMath GRPO value.
-    "grpo": {"beta": 0.04},
-    # GSPO (Zheng et al. 2025, arXiv:2507.18071 v2, section 5.1), as TRL's reproduction sets it:
-    # sequence-level importance ratios, clipping 3e-4 / 4e-4, the 'grpo' loss, no KL term, and an
-    # off-policy schedule (4 mini-batches per rollout; see `derived_defaults`) without which the
-    # sequence ratio is 1 and GSPO changes nothing.
-    "gspo": {"importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": 3e-4, "epsilon_high": 4e-4, "beta": 0.0},
-}
+# posttrain's per-algorithm defaults live in each algorithm's row (recipe/algorithms.py, `defaults`),
+# each with the reason it departs from TRL's; this view keeps them readable by name.
+ALGORITHM_DEFAULTS: dict[str, dict[str, object]] = {name: row.defaults for name, row in ALGORITHMS.items()}
 
 
 def defaults_for(algorithm: str, training: dict) -> dict[str, object]:
     """posttrain's defaults for an algorithm; `training` (the raw section) feeds derived ones."""
-    out = {**COMMON, **(TOKEN_LOSS if algorithm in ("cpt", "sft", "sft_vlm") else {}), **ALGORITHM_DEFAULTS.get(algorithm, {})}
+    row = ALGORITHMS.get(algorithm)
+    out = {**COMMON, **(TOKEN_LOSS if row is not None and row.token_loss else {}), **(row.defaults if row is not None else {})}
     if algorithm == "cpt" and training.get("packing") is False:
         del out["packing_strategy"]  # read only when packing (recipe.liveness); unpacked CPT has no strategy
-    if algorithm in ("grpo", "gspo") and (training.get("tools") or training.get("environment")):
+    if algorithm in RL_ALGORITHMS and (training.get("tools") or training.get("environment")):
         # TRL's None lets a policy that keeps calling tools spend its whole completion budget on calls;
         # rollouts cut at this limit are counted (tools/cut_off).
         out["max_tool_calling_iterations"] = 5

@@ -13,7 +13,7 @@ constructor for a stated reason (`CONSTRUCTION_ONLY` there), be read only in sit
 one-process run from scratch lacks (`SITUATIONAL` there), or be rejected outright
 (`schema.DEAD_FOR_ALGORITHM`). A TRL upgrade that stops reading a field fails that test.
 
-Standard library only: the schema imports this while validating.
+Standard library (and the algorithm table) only: the schema imports this while validating.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-ALL_FAMILIES = ("sft", "dpo", "grpo")
+from .algorithms import CONFIG_CLASSES
+
+ALL_FAMILIES = tuple(CONFIG_CLASSES)
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ def precompute_reason(recipe) -> str | None:
     read images (TRL refuses both).
     """
     training = recipe.training
-    if training.algorithm != "dpo" or recipe.uses_images:
+    if training.algorithm != "dpo" or recipe.uses_images:  # DPO's own key (precompute_ref_log_probs)
         return None
     epochs = training.value("num_train_epochs")
     if (training.value("max_steps") or -1) > 0 or training.value("sync_ref_model") or not epochs or epochs < 2:

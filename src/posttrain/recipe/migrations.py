@@ -121,8 +121,8 @@ def _posttrain_has(path: str) -> bool:
     """Is this key path (``*`` for list items) a key of posttrain's own schema too (image_columns and
     video_columns, since sft_vlm)? Then it is no sign of FAI-RL: a posttrain recipe holding it and a
     stale key gets the one-key error."""
-    from .load import _unwrap
     from .schema import TRAINING_MODELS, Recipe
+    from .section import unwrap
 
     parts = [p for p in path.split(".") if p != "*"]
     if parts[0] == "training":
@@ -132,7 +132,7 @@ def _posttrain_has(path: str) -> bool:
         info = model.model_fields.get(part) if model is not None else None
         if info is None:
             return False
-        found = _unwrap(info.annotation)
+        found = unwrap(info.annotation)
         model = found[0] if found else None
     return True
 

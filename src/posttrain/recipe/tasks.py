@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import Field, StrictBool, StrictInt, ValidationError, model_validator
 
 from .errors import Problem, RecipeError
-from .schema import Section
+from .section import Section
 
 _GREEDY = "0 = greedy (deterministic)."
 
@@ -146,7 +146,7 @@ class TaskRecipe(Section):
 
 def load_task_recipe(path: str | Path | None, overrides=(), raw: dict | None = None) -> TaskRecipe:
     """Read, override and validate a generation/evaluation recipe; RecipeError lists every problem."""
-    from .load import LoadedRecipe, _problems, fairl_message, read_yaml
+    from .problems import LoadedRecipe, _problems, fairl_message, read_yaml
     from .migrations import fairl_signs
     from .overrides import apply_overrides
 

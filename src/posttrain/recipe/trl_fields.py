@@ -2,7 +2,7 @@
 
 Importing TRL costs seconds (it pulls in torch and transformers), but `posttrain validate` must
 answer in about one. So the names, types, choices, defaults and help of every field of
-`SFTConfig`, `DPOConfig` and `GRPOConfig` are stored in `trl_fields.json`, generated from the
+the TRL config class of every algorithm family (`recipe/algorithms.py`) are stored in `trl_fields.json`, generated from the
 installed TRL by::
 
     python -m posttrain.recipe.trl_fields      # rewrite the snapshot after upgrading TRL
@@ -21,10 +21,10 @@ import types
 import typing
 from pathlib import Path
 
+from .algorithms import CONFIG_CLASSES  # noqa: F401  (family -> TRL config class; importable from here)
+
 SNAPSHOT = Path(__file__).with_name("trl_fields.json")
 
-# algorithm family -> TRL config class. CPT and SFT share SFTConfig; GSPO is GRPO with a preset.
-CONFIG_CLASSES = {"sft": "SFTConfig", "dpo": "DPOConfig", "grpo": "GRPOConfig"}
 
 
 def _kinds(tp) -> tuple[list[str], list | None, str | None]:

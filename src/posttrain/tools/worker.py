@@ -14,7 +14,7 @@ Requests and replies (every reply is ("ok", ...) or ("error", message)):
     ("env_call", method, kwargs, kind)      -> ("ok", value[, info]) kind: "text" (a tool), "observation"
                                                                      (reset), "reward" (get_reward)
     ("env_get", name)                       -> ("ok", value)        read the environment's state (rewards do)
-    ("probe", [item, ...])                  -> ("ok", problems)     posttrain.tools.probe's checks
+    ("probe", [item, ...])                  -> ("ok", problems)     posttrain.tools.checks
 
 A tool's result becomes text here: a string as it is, any other JSON value as JSON; anything else
 is an error ("not JSON-serialisable"), never a silent str() of an object. Text longer than the
@@ -152,7 +152,7 @@ class Worker:
         if kind == "env_get":
             return ("ok", getattr(self.environment, message[1]))
         if kind == "probe":
-            from posttrain.tools.probe import check_items
+            from posttrain.tools.checks import check_items
 
             return ("ok", check_items(message[1]))
         return ("error", f"unknown request {kind!r}")

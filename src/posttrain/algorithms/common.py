@@ -1,0 +1,48 @@
+"""What the orchestrator (`algorithms/run.py`) hands each trainer builder, and the helpers both use.
+
+A builder (`algorithms/<name>.py`, `build_trainer(run)`) imports from here, never from `run.py`,
+so the run imports the builders and no builder imports the run.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Run:
+    loaded_recipe: object  # posttrain.recipe.load.LoadedRecipe
+    loaded: object  # posttrain.models.loading.LoadedModel
+    train_dataset: object
+    eval_dataset: object  # None unless the recipe asks for evaluation
+    trl_config: object
+    peft_config: object
+    output_dir: Path
+    callbacks: list = field(default_factory=list)
+    data_reports: list = field(default_factory=list)
+    resume_from: Path | None = None  # the checkpoint training continues from
+    storage: object = None  # NoStorage or S3RunStorage
+    lock: object = None  # posttrain.algorithms.output_lock.OutputDirLock  # held by the main process for the whole run
+    monitor: object = None  # posttrain.algorithms.monitor.RunMonitor  # speed + health; RL trainers attach its timers
+    token_audits: list = field(default_factory=list)  # posttrain.data.token_audit.TokenAudit, filled by the trainer builder
+    toolbox: object = None  # posttrain.tools.isolation.Toolbox of a GRPO/GSPO run with tools, else None
+
+    def trainer_kwargs(self) -> dict:
+        """What every TRL trainer takes; algorithm modules add their own (reward functions, ...)."""
+        return dict(model=self.loaded.model, args=self.trl_config, train_dataset=self.train_dataset, eval_dataset=self.eval_dataset,
+                    processing_class=self.loaded.processing_class, peft_config=self.peft_config, callbacks=self.callbacks)
+
+
+def is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def log(msg: str = "") -> None:
+    if is_main_process():
+        print(msg, flush=True)
+
+
+def is_local_main_process() -> bool:
+    return int(os.environ.get("LOCAL_RANK", "0")) == 0

@@ -1,0 +1,127 @@
+"""The algorithms posttrain runs: one row each, every fact about an algorithm in one place.
+
+A row says which TRL config the algorithm's training section mirrors, which module builds its
+trainer, what data it reads, whether it is RL (rollouts, rewards, RL health checks), posttrain's
+stated defaults where they depart from TRL's, and the TRL fields that do nothing for it. The
+schema (`recipe/schema.py`), the defaults (`recipe/defaults.py`), the data readers, the run
+(`algorithms/run.py`) and the health checks all read these rows; none keeps its own list.
+
+Adding an algorithm (README "Layout"): a row here, a `build_trainer(run)` in
+`posttrain/algorithms/<builder>.py`, and, when it has keys of its own or cross-field rules, a
+training section class (`section`, a subclass of `recipe.training_section.TrainingBase`).
+
+Standard library only, importing no other posttrain module: the schema, the TRL field snapshot
+and the run all import it. Modules are named by string (`builder`, `section`) and imported by
+their one reader (`algorithms/run.py`, `recipe/schema.py`), so this table never imports up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+_NO_METRICS = ("shapes what a compute_metrics function receives, and posttrain's trainers have none: evaluation during "
+               "training reports the loss and TRL's own metrics.")
+_VISION_UNPREPARED = ("TRL 1.16 skips dataset preparation for vision datasets (the processor renders each batch in the "
+                      "collator), which is where this key acts.")
+_OWN_LOSS = ("counts label tokens across processes for transformers' loss, which this trainer replaces with its own "
+             "(TRL 1.16's %s computes and normalises its loss itself).")
+# TRL fields that exist in every config but do nothing in posttrain's runs.
+EVERY_ALGORITHM_DEAD = {
+    "local_rank": "a field transformers keeps for old launchers' command lines and never reads (the rank comes from the "
+                  "LOCAL_RANK environment variable torchrun sets).",
+    "prediction_loss_only": _NO_METRICS, "include_for_metrics": _NO_METRICS, "batch_eval_metrics": _NO_METRICS,
+}
+_GRPO_SAMPLER = {
+    "train_sampling_strategy": "GRPOTrainer draws its batches with its own sampler (each prompt repeated num_generations "
+                               "times), so transformers' sampling strategies never apply.",
+    "length_column_name": "GRPOTrainer draws its batches with its own sampler, so transformers' length-grouped sampling, the "
+                          "only reader of this column, never runs.",
+}
+
+# What each data shape reads: the `format` values a dataset may give (the first is always 'auto';
+# with exactly one other, that one is the shape's only format) and the per-dataset column keys.
+DATA_SHAPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "text": (("auto", "text"), ("text_column",)),
+    "sft": (("auto", "text", "prompt_completion", "messages", "preference"),
+            ("text_column", "prompt_column", "completion_column", "messages_column", "tools_column")),
+    "sft_vlm": (("auto", "prompt_completion", "messages"), ("prompt_column", "completion_column", "messages_column")),
+    "preference": (("auto", "preference"), ("prompt_column", "chosen_column", "rejected_column")),
+    "prompt": (("auto",), ("prompt_column", "answer_column", "template")),
+}
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    name: str
+    family: str  # the TRL config family: its fields in recipe/trl_fields.json
+    config: str  # TRL's config class of that family
+    builder: str  # posttrain.algorithms.<builder>.build_trainer(run) builds the TRL trainer
+    data: str  # the rows it reads: a key of DATA_SHAPES
+    section: str = "posttrain.recipe.training_section:TrainingBase"  # 'module:Class', base of its training section
+    rl: bool = False  # rollouts scored by training.rewards; RL health checks, RL telemetry
+    vision: bool = False  # reads image/video columns when the data has them
+    token_loss: bool = False  # trains with transformers' token loss (average_tokens_across_devices acts)
+    prompt_length: bool = False  # reads data.max_prompt_length / prompt_truncation (besides RL)
+    padding_note: bool = False  # padded batches: the start-up note on padding share applies
+    defaults: dict = field(default_factory=dict)  # posttrain's stated defaults (each departs from TRL's; say why)
+    dead: dict = field(default_factory=dict)  # TRL fields that do nothing here -> why (rejected when set)
+
+    @property
+    def formats(self) -> tuple[str, ...]:
+        return DATA_SHAPES[self.data][0]
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return DATA_SHAPES[self.data][1]
+
+    @property
+    def fixed_format(self) -> str | None:
+        """The one format this algorithm's datasets are read as, or None when it is detected per dataset."""
+        return self.formats[1] if len(self.formats) == 2 else None
+
+
+_ROWS = [
+    # Continued pre-training: raw text cut into fixed-length blocks, loss on every token.
+    Algorithm("cpt", "sft", "SFTConfig", "sft", "text", token_loss=True,
+              defaults={"packing": True, "packing_strategy": "wrapped", "completion_only_loss": False},
+              dead=dict(EVERY_ALGORITHM_DEAD)),
+    Algorithm("sft", "sft", "SFTConfig", "sft", "sft", token_loss=True, padding_note=True, dead=dict(EVERY_ALGORITHM_DEAD)),
+    # Vision-language SFT: TRL truncates at max_length (1024) after the processor has expanded each
+    # image into its tokens, and a cut through an image's tokens is an error ("Image features and
+    # image tokens do not match"). Unbounded by default; bound image tokens with data.max_image_pixels.
+    Algorithm("sft_vlm", "sft", "SFTConfig", "sft_vlm", "sft_vlm", vision=True, token_loss=True, defaults={"max_length": None},
+              dead={**EVERY_ALGORITHM_DEAD,
+                    "padding_free": "TRL 1.16 refuses padding-free batches for vision datasets (images are expanded into tokens "
+                    "by the processor per batch); vision-language batches are always padded.",
+                    "packing": "TRL 1.16 refuses packing for vision datasets; vision-language batches are always padded.",
+                    "packing_strategy": "TRL 1.16 refuses packing for vision datasets; vision-language batches are always padded.",
+                    "eval_packing": "TRL 1.16 refuses packing for vision datasets; vision-language batches are always padded.",
+                    "dataset_num_proc": _VISION_UNPREPARED, "shuffle_dataset": _VISION_UNPREPARED,
+                    "truncation_mode": "vision batches are cut at max_length by the collator, keeping the start (TRL refuses keep_end).",
+                    "pad_token": "the processor's own pad token pads vision batches (posttrain's collator is the processor's)."}),
+    Algorithm("dpo", "dpo", "DPOConfig", "dpo", "preference", prompt_length=True, padding_note=True,
+              dead={**EVERY_ALGORITHM_DEAD,
+                    "padding_free": "TRL 1.16's DPOTrainer has padding-free batches 'temporarily unavailable' (dpo_trainer.py): "
+                    "it warns and pads every batch whatever this key says. posttrain's DPO pads each batch to its longest pair only.",
+                    "average_tokens_across_devices": _OWN_LOSS % "DPOTrainer"}),
+    # TRL's beta=0.0 silently removes the KL term and the reference model; with it, policies drift
+    # into reward hacks (empty reasoning + bare answers). 0.04 is the DeepSeekMath GRPO value.
+    Algorithm("grpo", "grpo", "GRPOConfig", "grpo", "prompt", section="posttrain.recipe.rl_section:GRPOTrainingBase",
+              rl=True, vision=True, defaults={"beta": 0.04},
+              dead={**EVERY_ALGORITHM_DEAD, "average_tokens_across_devices": _OWN_LOSS % "GRPOTrainer", **_GRPO_SAMPLER}),
+    # GSPO (Zheng et al. 2025, arXiv:2507.18071 v2, section 5.1), as TRL's reproduction sets it:
+    # sequence-level importance ratios, clipping 3e-4 / 4e-4, the 'grpo' loss, no KL term, and an
+    # off-policy schedule (4 mini-batches per rollout; see `defaults.derived`) without which the
+    # sequence ratio is 1 and GSPO changes nothing.
+    Algorithm("gspo", "grpo", "GRPOConfig", "grpo", "prompt", section="posttrain.recipe.rl_section:GSPOTrainingBase",
+              rl=True, vision=True,
+              defaults={"importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": 3e-4, "epsilon_high": 4e-4, "beta": 0.0},
+              dead={**EVERY_ALGORITHM_DEAD, "average_tokens_across_devices": _OWN_LOSS % "GRPOTrainer", **_GRPO_SAMPLER}),
+]
+
+ALGORITHMS: dict[str, Algorithm] = {row.name: row for row in _ROWS}
+# TRL config family -> its config class (CPT and SFT share SFTConfig; GSPO is GRPO with a preset).
+CONFIG_CLASSES: dict[str, str] = {row.family: row.config for row in _ROWS}
+RL_ALGORITHMS: tuple[str, ...] = tuple(a.name for a in _ROWS if a.rl)
+VISION_ALGORITHMS: tuple[str, ...] = tuple(a.name for a in _ROWS if a.vision)
+RL_FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(a.family for a in _ROWS if a.rl))

@@ -1,0 +1,182 @@
+"""The training section of RL algorithms (GRPO, GSPO): rewards, tools, environments and their
+cross-field rules; GSPO's own rules."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+
+from .training_section import TrainingBase, _spec_shape
+
+
+# Keys of GRPO/GSPO's training section that another algorithm's user may reach for; the unknown-key
+# error says why they do not apply there.
+RL_ONLY_HINTS = {
+    "tools": "tools are called while GRPO/GSPO generate rollouts (training.algorithm=grpo or gspo); to teach tool calls "
+             "with {algorithm}, put them in the data: chats whose assistant turns have tool_calls, tool turns with the "
+             "results, and a `tools` column with the schemas (posttrain.data.synthetic writes such chats).",
+    "environment": "environments are acted in while GRPO/GSPO generate rollouts (training.algorithm=grpo or gspo); "
+                   "{algorithm} trains on recorded data.",
+    "rewards": "rewards score rollouts in GRPO/GSPO (training.algorithm=grpo or gspo); {algorithm} has no rewards.",
+}
+
+
+TOOL_KEYS = ("tools", "environment", "environment_kwargs", "tool_timeout", "tool_result_max_chars", "max_tool_calling_iterations")
+
+
+class RewardSpec(BaseModel):
+    """One reward: a built-in name, `http`, or `package.module:function`, its weight, and its options."""
+
+    model_config = ConfigDict(extra="allow")  # the options: checked against the function's parameters
+    name: str = Field(min_length=1, description="Built-in (answer_match, format, numeric_answer, loose_match, http) or 'package.module:function'.")
+    weight: float = Field(1.0, description="Weight of this reward in the sum TRL normalises per group.")
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+    @model_validator(mode="after")
+    def _known_reward(self):
+        if ":" not in self.name:  # built-ins are checked now; import paths when the run starts
+            from posttrain.rewards.builtin import get_reward
+
+            get_reward(self.name, **self.options)  # raises ValueError naming the problem
+        return self
+
+
+class RLTrainingBase(TrainingBase):
+    @model_validator(mode="after")
+    def _vllm_keys_need_vllm(self):
+        """vllm_mode is TRL's free text, checked here."""
+        if self.use_vllm and self.vllm_mode is not None and self.vllm_mode not in ("colocate", "server"):
+            raise ValueError(f"training.vllm_mode={self.vllm_mode!r}: TRL knows 'colocate' (vLLM inside each training "
+                             "process) and 'server' (a separate `posttrain vllm-serve`).")
+        if self.use_vllm and "rollout_engine" in self.model_fields_set:
+            raise ValueError("training.rollout_engine chooses between posttrain's and transformers' generation; with "
+                             "training.use_vllm=true vLLM generates and it would do nothing. Remove one of them.")
+        return self  # vllm_* keys without use_vllm: recipe.liveness
+
+    rollout_engine: Literal["posttrain", "transformers"] = Field(
+        "posttrain",
+        description="What generates the completions when use_vllm is off. 'posttrain': posttrain's decoding loop "
+        "(generation/decoding.py: CPU weights pre-packed and kept while unchanged, LoRA without dropout, each prompt "
+        "prefilled once for its group, no cache copies; the same tokens as transformers' generate up to float32 rounding, sampled without LoRA "
+        "dropout), falling back to generate for settings it does not implement (said at start-up). 'transformers': "
+        "TRL's own model.generate. README 'Speed of rollouts' has the measurements.",
+    )
+    rewards: list[RewardSpec] = Field(
+        min_length=1,
+        description="Rewards summed (with weights) into each completion's score. Dataset columns reach each reward "
+        "as keyword lists; the gold answer arrives as `answer`.",
+    )
+    # Agentic RL: tools and environments the policy acts through while it generates (TRL's GRPOTrainer
+    # tools= / environment_factory=), run isolated by posttrain.tools.
+    tools: list[Annotated[str, _spec_shape("tool")]] = Field(
+        default_factory=list,
+        description="Functions the policy may call while it generates, as 'package.module:function' (imported like "
+        "custom rewards). Each needs type hints and a Google-style docstring: the model reads a schema built from "
+        "them. Calls run in a worker process (a tool that hangs, crashes or exits costs that call only); a failure "
+        "reaches the model as the tool's error message and is counted (tools/errors, tools/timeouts). The chat "
+        "template must render tools and tool calls; multi-turn rollouts stop after max_tool_calling_iterations "
+        "turns of calls (posttrain's default 5; TRL's is unbounded).",
+    )
+    environment: Annotated[str, _spec_shape("environment")] | None = Field(
+        None,
+        description="'package.module:Class' whose public methods are tools with state per rollout. One instance per "
+        "rollout, each in its own worker process, built with environment_kwargs: reset(**row) starts a rollout (a "
+        "returned string is appended to the prompt), get_reward() (optional) scores it as its own reward channel "
+        "named after the class, weight 1. Rewards receive the instances as `environments` and may read their "
+        "attributes. A timed-out or crashed instance is rebuilt for the next rollout.",
+    )
+    environment_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the environment's constructor.")
+    tool_timeout: float = Field(
+        10.0, gt=0,
+        description="Seconds one tool call (or environment method) may run; past that its worker is stopped and the "
+        "model reads a timeout error (counted in tools/timeouts; the tool_timeouts health flag fires).",
+    )
+    tool_result_max_chars: StrictInt = Field(
+        4000, ge=1,
+        description="Longest tool result the model reads, in characters; a longer one is cut, with a note giving its "
+        "length (counted in tools/truncated). Results count toward max_completion_length: TRL drops a tool turn "
+        "that would overflow it.",
+    )
+    chat_template_path: str | None = Field(
+        None,
+        description="A Jinja chat template file to use instead of the tokenizer's; it is saved with the trained model. "
+        "For tools on a ChatML model whose template ignores them (SmolLM2): recipes/templates/chatml-tools.jinja.",
+    )
+
+    def trl_kwargs(self) -> dict[str, Any]:
+        return {**super().trl_kwargs(), "reward_weights": [r.weight for r in self.rewards]}
+
+    @property
+    def uses_tools(self) -> bool:
+        return bool(self.tools or self.environment)
+
+    def cross_checks(self, world_size: int = 1) -> list[tuple[str, str]]:
+        """TRL's own checks, at load time and with the numbers: a generation batch holds whole groups."""
+        out = super().cross_checks(world_size)
+        if not self.uses_tools:
+            dead = [k for k in TOOL_KEYS[2:] if k in self.model_fields_set]
+            if dead:
+                out.append((f"training.{dead[0]}", f"{', '.join('training.' + k for k in dead)} only act(s) with training.tools "
+                            "or training.environment, and this recipe has neither; add them or remove the key(s)."))
+        twice = sorted({t for t in self.tools if self.tools.count(t) > 1})
+        if twice:
+            out.append(("training.tools", f"{twice[0]} is listed twice; list each tool once."))
+        value = self.value
+        num_generations = value("num_generations")
+        if num_generations is not None and num_generations < 2:
+            return out  # the range check names it
+        world = world_size
+        batch = value("per_device_train_batch_size") * world
+        if value("generation_batch_size") is not None and value("steps_per_generation") is not None:
+            out.append(("training.generation_batch_size", "training.generation_batch_size and training.steps_per_generation are both set; set one (the other follows)."))
+            return out
+        gen_batch = value("generation_batch_size") or batch * (value("steps_per_generation") or value("gradient_accumulation_steps"))
+        if gen_batch % batch:
+            out.append(("training.generation_batch_size", f"training.generation_batch_size={gen_batch} must be a multiple of per_device_train_batch_size x processes = {batch}."))
+        elif num_generations and gen_batch % num_generations:
+            out.append(("training.num_generations",
+                f"the generation batch ({gen_batch} = per_device_train_batch_size {value('per_device_train_batch_size')} x "
+                f"{world} process(es) x steps_per_generation {gen_batch // batch}) must hold whole groups of "
+                f"num_generations={num_generations}; make one a multiple of the other."
+            ))
+        return out
+
+
+class GRPOTrainingBase(RLTrainingBase):
+    def cross_checks(self, world_size: int = 1) -> list[tuple[str, str]]:
+        out = super().cross_checks(world_size)
+        level = self.importance_sampling_level or "token"
+        if level == "token" and self.epsilon is not None and self.epsilon < 0.01:
+            out.append(("training.epsilon",
+                f"training.epsilon={self.epsilon} is GSPO's sequence-level clipping; with importance_sampling_level=token "
+                "it clips almost every token. Set training.algorithm=gspo, or use a token-level epsilon such as 0.2."
+            ))
+        return out
+
+
+class GSPOTrainingBase(RLTrainingBase):
+    def cross_checks(self, world_size: int = 1) -> list[tuple[str, str]]:
+        out = super().cross_checks(world_size)
+        if self.importance_sampling_level != "sequence":
+            out.append(("training.importance_sampling_level", 
+                f"training.importance_sampling_level={self.importance_sampling_level!r}: GSPO is defined by sequence-level "
+                "importance ratios. Remove the key (GSPO's preset sets 'sequence') or use training.algorithm=grpo."
+            ))
+        gas = self.gradient_accumulation_steps or 1
+        steps = self.steps_per_generation or gas
+        iterations = self.num_iterations or 1
+        if steps <= gas and iterations <= 1 and self.generation_batch_size is None:
+            out.append(("training.steps_per_generation",
+                f"this GSPO run is on-policy (steps_per_generation={steps} <= gradient_accumulation_steps={gas}, "
+                f"num_iterations={iterations}): the sequence-level ratio is exactly 1 and GSPO equals GRPO without "
+                "clipping. Set steps_per_generation to a multiple of gradient_accumulation_steps (the preset uses 4x) "
+                "or num_iterations > 1."
+            ))
+        return out
+
+
+# algorithm -> (its TRL config family, the base of its training section); an algorithm joins here
