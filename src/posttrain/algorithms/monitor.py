@@ -63,12 +63,13 @@ def attach_timers(trainer, timers: StepTimers) -> None:
     calls of _get_per_token_logps_and_entropies (the reference model's and the old policy's log-probs;
     the loss's own call runs with gradients and stays in training time) on this trainer instance;
     the reward call also measures empty <think> blocks in the completions it scores.
-    All are TRL 1.x private methods: if one is missing the split is simply not logged."""
-    generate = getattr(trainer, "_generate", None)
-    rewards = getattr(trainer, "_calculate_rewards", None)
-    logprobs = getattr(trainer, "_get_per_token_logps_and_entropies", None)
-    if generate is None or rewards is None:
-        return
+    All are TRL 1.16 private methods (algorithms/trl_internals.py): a missing one stops the run
+    (exit 2, naming it) instead of silently logging no split."""
+    from .trl_internals import require
+
+    generate = require(trainer, "_generate")
+    rewards = require(trainer, "_calculate_rewards")
+    logprobs = require(trainer, "_get_per_token_logps_and_entropies")
 
     def timed_generate(*args, **kwargs):
         started = time.perf_counter()
@@ -87,8 +88,6 @@ def attach_timers(trainer, timers: StepTimers) -> None:
 
     trainer._generate = timed_generate
     trainer._calculate_rewards = timed_rewards
-    if logprobs is None:
-        return
     import torch
 
     def timed_logprobs(*args, **kwargs):

@@ -34,8 +34,11 @@ from .trl_config import build_trl_config, runtime_defaults
 
 def build_trainer(run: Run):
     """The algorithm's trainer, from its builder module (its row's `builder`: posttrain.algorithms.<builder>)."""
-    module = importlib.import_module(f"{__package__}.{ALGORITHMS[run.loaded_recipe.recipe.training.algorithm].builder}")
-    return module.build_trainer(run)
+    from .trl_internals import check
+
+    row = ALGORITHMS[run.loaded_recipe.recipe.training.algorithm]
+    check(row.family)  # every private TRL name this family's run touches is there, or exit 2 naming it
+    return importlib.import_module(f"{__package__}.{row.builder}").build_trainer(run)
 
 
 def provenance() -> dict:

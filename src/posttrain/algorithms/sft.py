@@ -42,6 +42,8 @@ def build_trainer(run):
             trainer = SFTTrainer(model_name=model_name, **run.trainer_kwargs())
         finally:
             args.padding_free = True
+        # the collator's padding_free is a public field of TRL's DataCollatorForLanguageModeling (documented:
+        # "padding_free: flatten the batch"); trainer.padding_free is read only in SFTTrainer.__init__
         trainer.padding_free = True
         trainer.data_collator.padding_free = True
     run.token_audits = trainer.token_audits
@@ -62,6 +64,8 @@ def audited_trainer_class():
     from posttrain.data import sft_tokens
     from posttrain.data.token_audit import end_of_turn
 
+    from .trl_internals import require
+
     class AuditedSFTTrainer(SFTTrainer):
         def __init__(self, *, model_name: str, args, **kwargs):
             self.token_audits, self._model_name = [], model_name
@@ -74,14 +78,14 @@ def audited_trainer_class():
                 super().__init__(args=args, **kwargs)
             finally:
                 args.assistant_only_loss = self._assistant_only
-            if not self.token_audits and not self._skip_prepare_dataset:
+            if not self.token_audits and not require(self, "_skip_prepare_dataset"):
                 raise RuntimeError("TRL's SFTTrainer no longer prepares datasets through _prepare_dataset: posttrain's "
                                    "assistant masks and token audit would be skipped. Pin trl==1.16.0 (pyproject.toml).")
 
         def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):
             if "input_ids" in dataset.column_names:
                 return super()._prepare_dataset(dataset, processing_class, args, packing, formatting_func, dataset_name)
-            tokenizer = self._tokenizer
+            tokenizer = require(self, "_tokenizer")
             if self._assistant_only:
                 dataset = sft_tokens.mask_chats(dataset, tokenizer, model=self._model_name,
                                                 completion_only_loss=self.completion_only_loss)

@@ -125,12 +125,10 @@ def attach_tool_counts(trainer, counts: ToolCounts, toolbox) -> None:
     health flags need."""
     import torch
 
-    loop = getattr(trainer, "_tool_call_loop", None)
-    generation = getattr(trainer, "_generate_and_score_completions", None)
-    if loop is None or generation is None:
-        raise RuntimeError("TRL's GRPOTrainer no longer has _tool_call_loop / _generate_and_score_completions: posttrain "
-                           "cannot count tool use (calls, errors, timeouts) or raise its health flags. Pin trl==1.16.0 "
-                           "(pyproject.toml).")
+    from .trl_internals import require
+
+    loop = require(trainer, "_tool_call_loop")
+    generation = require(trainer, "_generate_and_score_completions")
     stash: dict = {}
 
     def counted_loop(*args, **kwargs):
