@@ -126,6 +126,11 @@ def cmd_train(args) -> int:
     world = planned_world_size(opts)  # every recipe error once, here, not once per process
     loaded = load_with_file_checks(lambda path, items: load_recipe(path, items, world_size=world), recipe_path, overrides)
     preflight(loaded.recipe)
+    argv = redact_overrides(getattr(args, "_argv", None) or sys.argv[1:])
+    done = already_complete(loaded, argv)
+    if done:
+        print(done)
+        return 0
     if opts.launches:
         child = ["train", "--recipe", recipe_path, *overrides]
         exec_torchrun(opts, child, ["train", "--recipe", recipe_path, *redact_overrides(overrides)])
@@ -134,8 +139,22 @@ def cmd_train(args) -> int:
     sys.argv[1:] = redact_overrides(sys.argv[1:])
     from posttrain.algorithms.run import run_training  # heavy imports start here
 
-    run_training(loaded)
-    return 0
+    return run_training(loaded, argv)
+
+
+def already_complete(loaded, argv: list[str]) -> str | None:
+    """"already complete at step N" when output_dir holds a finished run that this recipe would not
+    take further: answered before torch is imported, and without writing anything (not even the
+    lock). Only the launching process asks; ranks of a launched job leave it to the run's own check."""
+    if "RANK" in os.environ:
+        return None
+    from posttrain.algorithms.run_folder import finished_verdict
+    from posttrain.recipe.load import resolved_dict, to_yaml
+    from yaml import safe_load
+
+    training = loaded.recipe.training
+    return finished_verdict(Path(training.output_dir), safe_load(to_yaml(resolved_dict(loaded.recipe))), training.resume_from_checkpoint,
+                            argv, log=lambda _msg: None)
 
 
 def cmd_inspect(args) -> int:
@@ -223,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args = parse_args(parser, argv)
+    args._argv = list(sys.argv[1:] if argv is None else argv)  # the command as typed, for the commands messages suggest
     if getattr(args, "recipe", None) is not None or getattr(args, "items", None):
         from posttrain.commands.task_recipe import explicit_destinations
 

@@ -62,8 +62,10 @@ def test_one_run_per_output_dir_and_resume_continues_the_same_recipe(repo, tmp_p
     assert f"previous run in this folder (pid {first.pid}" in third.stdout and "taking over" in third.stdout
     assert lock.read_text() == ""  # released on a clean exit
     assert (out / "checkpoint-2" / "posttrain_recipe.yaml").is_file()
-    for path in sorted((out / "recipe_history").iterdir())[:2]:  # the killed run's start (recipe and TRL config)
-        path.unlink()
+    # starting over moved the killed run's files aside, whole: its start is in previous-*/, not in this run's history
+    [previous] = out.glob("previous-*")
+    assert len(list((previous / "recipe_history").glob("*.yaml"))) == 1 and (previous / "metrics.jsonl").is_file()
+    assert "moved to" in third.stdout
     # A SIGKILL mid-write leaves a torn last line; resume must read past it.
     with (out / "metrics.jsonl").open("a") as f:
         f.write('{"step": 3, "loss": 2.7')

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -40,6 +41,81 @@ class RecipeInCheckpoints(TrainerCallback):
             from .recipe_history import RECIPE_IN_CHECKPOINT
 
             (folder / RECIPE_IN_CHECKPOINT).write_text(self.text)
+
+
+class RunSegments(TrainerCallback):
+    """The run's segments: one per process that trained it (a resume starts a new one), kept in every
+    checkpoint (`posttrain_segments.json`) with the speed monitor's running totals, so the final
+    run_summary.json covers the whole run, even after a SIGKILL (its segment then ends at the
+    checkpoint the next one resumed from).
+    """
+
+    def __init__(self, output_dir: Path, progress: dict, from_step: int, monitor=None, stop=None):
+        import datetime
+
+        self.output_dir, self.monitor, self.stop = output_dir, monitor, stop
+        self.previous = list(progress.get("segments", []))
+        self.from_step = from_step
+        self.started = datetime.datetime.now().isoformat(timespec="seconds")
+        self.t0: float | None = None
+        if monitor is not None:  # speed over the whole run: continue the totals where the checkpoint left them
+            for key, value in (progress.get("totals") or {}).items():
+                if key in monitor.totals and isinstance(value, (int, float)):
+                    monitor.totals[key] = value
+            monitor.tool_totals.update(progress.get("tool_totals") or {})
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.t0 = time.time()
+
+    def segment(self, step: int, ended: str) -> dict:
+        wall = time.time() - self.t0 if self.t0 is not None else 0.0
+        return {"from_step": self.from_step, "to_step": step, "started": self.started, "wall_seconds": round(wall, 2), "ended": ended}
+
+    def segments(self, step: int, ended: str) -> list[dict]:
+        return [*self.previous, self.segment(step, ended)]
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = self.output_dir / checkpoint_name(state.global_step)
+        if not (state.is_world_process_zero and folder.is_dir()):
+            return
+        from .run_folder import SEGMENTS_IN_CHECKPOINT
+
+        signal_name = getattr(self.stop, "signal_name", None)
+        ended = "finished" if state.global_step >= state.max_steps else f"interrupted ({signal_name})" if signal_name else "checkpoint"
+        progress = {"segments": self.segments(state.global_step, ended)}
+        if self.monitor is not None:
+            progress["totals"] = dict(self.monitor.totals)
+            progress["tool_totals"] = dict(self.monitor.tool_totals)
+        (folder / SEGMENTS_IN_CHECKPOINT).write_text(json.dumps(progress, indent=1) + "\n")
+
+
+class ScheduleOnResume(TrainerCallback):
+    """A resumed run follows its own recipe's learning-rate schedule from the checkpoint's step on.
+
+    transformers restores the optimizer's learning rate from the checkpoint and the scheduler's step
+    count, then builds the schedule for the new run's max_steps. The first resumed step would train at
+    the learning rate the *old* schedule had reached (0 at the end of a finished linear-decay run: a
+    wasted step, flagged zero_learning_rate) and only then jump to the new schedule. Before that first
+    step this sets every parameter group to the new schedule's value at the checkpoint's step: with the
+    same max_steps that is the value restored (nothing changes), with a larger one it is what a run
+    planned for the new max_steps has at that step (warmup is not repeated).
+    """
+
+    def __init__(self):
+        self.done = False
+
+    def on_step_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        if self.done:
+            return
+        self.done = True
+        scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)  # accelerate wraps it
+        lambdas, bases = getattr(scheduler, "lr_lambdas", None), getattr(scheduler, "base_lrs", None)
+        if optimizer is None or not lambdas or not bases:  # not a LambdaLR (reduce_lr_on_plateau): left as restored
+            return
+        values = [base * fn(scheduler.last_epoch) for base, fn in zip(bases, lambdas)]
+        for group, value in zip(optimizer.param_groups, values):
+            group["lr"] = value
+        scheduler._last_lr = values
 
 
 def _clean(value):

@@ -28,6 +28,9 @@ class Run:
     monitor: object = None  # posttrain.algorithms.monitor.RunMonitor  # speed + health; RL trainers attach its timers
     token_audits: list = field(default_factory=list)  # posttrain.data.token_audit.TokenAudit, filled by the trainer builder
     toolbox: object = None  # posttrain.tools.isolation.Toolbox of a GRPO/GSPO run with tools, else None
+    segments: object = None  # posttrain.algorithms.callbacks.RunSegments: this run's segments, for run_summary.json
+    stop: object = None  # posttrain.algorithms.interrupt.GracefulStop: Ctrl-C / SIGTERM save a checkpoint and stop
+    argv: list = field(default_factory=list)  # the command's arguments after `posttrain` (secrets blanked): for the resume command
 
     def trainer_kwargs(self) -> dict:
         """What every TRL trainer takes; algorithm modules add their own (reward functions, ...)."""

@@ -44,9 +44,12 @@ class OutputDirLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            holder = _describe(_read(self.path))
+            record = _read(self.path)
+            holder = _describe(record)
+            stop = (f"stop it with `kill -INT {record['pid']}` (it saves a checkpoint at the step in progress; this command "
+                    "then continues it)" if record.get("host") == socket.gethostname() and record.get("pid") else "stop it")
             raise UserError(f"training.output_dir {str(self.path.parent)!r} is in use by another run ({holder}). Two runs in "
-                            "one folder would mix their checkpoints: wait for it to finish, stop it, or set another "
+                            f"one folder would mix their checkpoints: wait for it to finish, {stop}, or set another "
                             "training.output_dir.") from None
         self.stale = _read(self.path) or None
         record = {"pid": os.getpid(), "host": socket.gethostname(), "started": datetime.datetime.now().isoformat(timespec="seconds"),

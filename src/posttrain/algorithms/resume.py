@@ -14,7 +14,6 @@ from pathlib import Path
 from posttrain.checkpoints import checkpoint_dirs
 
 from .common import log
-from .recipe_history import checkpoint_recipe, recipe_changes, render
 
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")
 
@@ -104,26 +103,7 @@ def resume_point(value, output_dir: Path, storage) -> Path | None:
     path = Path(value)
     problem = checkpoint_problem(path) if path.is_dir() else "not a directory"
     if problem:
-        raise UserError(f"training.resume_from_checkpoint: cannot resume from {value}: {problem}")
+        raise UserError(f"training.resume_from_checkpoint: cannot resume from {value}: {problem}. Set "
+                        "training.resume_from_checkpoint=auto (the newest complete checkpoint in training.output_dir) or a "
+                        "complete checkpoint-N folder.")
     return path
-
-
-def check_resume_recipe(checkpoint: Path, output_dir: Path, new: dict, mode) -> None:
-    """Refuse to continue a checkpoint under a different recipe (unless forced); print schedule changes."""
-    from posttrain.errors import UserError
-
-    old, where = checkpoint_recipe(checkpoint, output_dir)
-    if old is None:
-        log(f"note: {checkpoint} carries no recipe to compare with; resuming as asked")
-        return
-    allowed, refused = recipe_changes(old, new)
-    if allowed:
-        log(f"changed since {checkpoint.name} (allowed on resume):\n{render(allowed)}")
-    if refused and mode != "force":
-        raise UserError(
-            f"training.resume_from_checkpoint: {checkpoint} was trained with another recipe ({where}); these keys differ:\n"
-            f"{render(refused)}\nOnly the schedule (max_steps, num_train_epochs, save/logging/eval cadence), tracking, s3 and activation_checkpointing may "
-            "change on resume. Restore those keys, start over with training.resume_from_checkpoint=false (or another "
-            "training.output_dir), or continue anyway with training.resume_from_checkpoint=force.")
-    if refused:
-        log(f"warning: resuming {checkpoint.name} with a changed recipe (training.resume_from_checkpoint=force):\n{render(refused)}")

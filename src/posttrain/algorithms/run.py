@@ -13,7 +13,6 @@ import os
 import platform
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from posttrain.models.loading import DeviceInfo, LoadedModel, load_model, lora_config
@@ -22,12 +21,13 @@ from posttrain.recipe.load import LoadedRecipe, format_differences, resolved_dic
 from posttrain.storage.run_storage import run_storage, use_s3_settings_for_sources
 from yaml import safe_load as yaml_load
 
-from .callbacks import MetricsFile, RecipeInCheckpoints
+from .callbacks import MetricsFile, RecipeInCheckpoints, RunSegments, ScheduleOnResume
 from .common import Run, is_local_main_process, is_main_process, log  # noqa: F401  (importable from here, as before)
 from .monitor import RunMonitor, StepTimers
 from .output_lock import LOCK_NAME, OutputDirLock
 from .recipe_history import write_history
-from .resume import check_resume_recipe, checkpoint_step, resume_point, same_checkpoint_everywhere
+from .resume import checkpoint_step, resume_point, same_checkpoint_everywhere
+from .run_folder import check_recipe, command_with, finished_verdict, holds_a_run, load_progress, move_aside, read_records, whole_run
 from .run_data import audit_prompts, fit_prompts, prepare_data
 from .trl_config import build_trl_config, runtime_defaults
 
@@ -73,15 +73,33 @@ def make_trl_config(recipe, device, data_format):
         raise UserError(f"training: TRL rejected these settings: {e}") from None
 
 
-def run_training(loaded_recipe: LoadedRecipe) -> Path:
-    """Train as the recipe says; returns output_dir."""
-    run, trainer = build_run(loaded_recipe)
+class AlreadyComplete(Exception):
+    """The run in output_dir finished and this recipe asks for nothing more: nothing to do (exit 0)."""
+
+
+def run_training(loaded_recipe: LoadedRecipe, argv: list[str] | None = None) -> int:
+    """Train as the recipe says; returns the exit code: 0 finished (or already complete), 130/143
+    when Ctrl-C / SIGTERM stopped it after saving a checkpoint."""
+    from .interrupt import EXIT_CODES
+
     try:
-        started = time.time()
-        result = trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
+        run, trainer = build_run(loaded_recipe, argv)
+    except AlreadyComplete as done:
+        log(str(done))
+        return 0
+    try:
+        run.stop.install()
+        try:
+            result = trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
+        finally:
+            run.stop.restore()
+        if run.stop.stopped_at is not None and result.global_step < trainer.state.max_steps:
+            if is_main_process():
+                _report_interrupted(run, result.global_step)
+            return EXIT_CODES.get(run.stop.signal_name, 130)
         trainer.save_model(str(run.output_dir))
         if is_main_process():
-            _write_summary(run, result, time.time() - started)
+            _write_summary(run, result)
             _report_checkpoint(run.output_dir, loaded_recipe.recipe)
             uploaded = run.storage.finish(run.output_dir)
             if uploaded:
@@ -92,10 +110,20 @@ def run_training(loaded_recipe: LoadedRecipe) -> Path:
             run.toolbox.close()
         if run.lock is not None:
             run.lock.release()
-    return run.output_dir
+    return 0
 
 
-def build_run(loaded_recipe: LoadedRecipe):
+def _report_interrupted(run: Run, step: int) -> None:
+    uploaded = run.storage.finish(run.output_dir, final=False)  # waits for the checkpoint uploads in flight
+    if uploaded:
+        log(uploaded)
+    key = "training.resume_from_checkpoint"
+    again = command_with(run.argv, key, None if run.loaded_recipe.recipe.training.resume_from_checkpoint == "auto" else "auto")
+    log(f"interrupted ({run.stop.signal_name}) at step {step}: checkpoint-{step} saved in {run.output_dir}; the final model "
+        f"and run_summary.json are written when the run finishes. Resume with:\n    {again}")
+
+
+def build_run(loaded_recipe: LoadedRecipe, argv: list[str] | None = None):
     """Everything up to the first training step: output_dir's lock, data, model, TRL config, trainer.
 
     The lock comes first, so a second run in the same output_dir stops in seconds; if anything
@@ -110,7 +138,7 @@ def build_run(loaded_recipe: LoadedRecipe):
         if note:
             log(note)
     try:
-        return _build_run(loaded_recipe, lock)
+        return _build_run(loaded_recipe, lock, list(sys.argv[1:] if argv is None else argv))
     except BaseException:
         if lock is not None:
             lock.release()
@@ -119,15 +147,19 @@ def build_run(loaded_recipe: LoadedRecipe):
         raise
 
 
-def _build_run(loaded_recipe: LoadedRecipe, lock):
+def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
     recipe = loaded_recipe.recipe
     training = recipe.training
     seed = training.seed if training.seed is not None else 42
+    output_dir = Path(training.output_dir)
+    recipe_text = to_yaml(resolved_dict(recipe))
+    done = finished_verdict(output_dir, yaml_load(recipe_text), training.resume_from_checkpoint, argv, log)
+    if done:  # checked again here, under the lock (the CLI asked before importing torch)
+        raise AlreadyComplete(done)
     log(f"posttrain: {training.algorithm} run, recipe {loaded_recipe.source}")
     log(format_differences(loaded_recipe))
-    output_dir, storage = Path(training.output_dir), run_storage(recipe.s3)
-    recipe_text = to_yaml(resolved_dict(recipe))
-    resume_from = _resume_from(recipe, output_dir, storage, recipe_text)  # before anything heavy loads
+    storage = run_storage(recipe.s3)
+    resume_from = _resume_from(recipe, output_dir, storage, recipe_text, argv)  # before anything heavy loads
     train_dataset, eval_dataset, data_format, reports, drops = _read_data(recipe, seed)
     device = DeviceInfo.detect()
     trl_config = _trl_config(recipe, device, data_format)
@@ -148,8 +180,13 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     # Continuing an adapter: the loaded PeftModel is already trainable; a second LoRA config on top
     # would make TRL stack a new adapter (or refuse: "PeftModel together with a peft_config").
     peft_config = None if loaded.adapter_dir is not None else lora_config(recipe.model)
+    from .interrupt import GracefulStop
+
+    stop = GracefulStop(log, world)
+    segments = RunSegments(output_dir, load_progress(resume_from), checkpoint_step(resume_from) if resume_from else 0, monitor, stop)
     run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, peft_config, output_dir,
-              _callbacks(recipe, monitor, output_dir, recipe_text, storage), reports, resume_from, storage, lock, monitor, prompt_audits, toolbox)
+              _callbacks(recipe, monitor, output_dir, recipe_text, storage, stop, segments, resume_from), reports, resume_from, storage,
+              lock, monitor, prompt_audits, toolbox, segments, stop, argv)
     trainer = build_trainer(run)  # user rewards import here: a failure leaves output_dir as it was
     monitor_first(trainer, monitor)
     _check_built(run, trainer, drops, device, world)
@@ -159,11 +196,14 @@ def _build_run(loaded_recipe: LoadedRecipe, lock):
     return run, trainer
 
 
-def _resume_from(recipe, output_dir: Path, storage, recipe_text: str) -> Path | None:
+def _resume_from(recipe, output_dir: Path, storage, recipe_text: str, argv: list[str]) -> Path | None:
     """Where to resume from, and whether this recipe may continue it; every rank, before the process group."""
-    resume_from = resume_point(recipe.training.resume_from_checkpoint, output_dir, storage)
+    mode = recipe.training.resume_from_checkpoint
+    resume_from = resume_point(mode, output_dir, storage)
     if resume_from is not None:
-        check_resume_recipe(resume_from, output_dir, yaml_load(recipe_text), recipe.training.resume_from_checkpoint)
+        check_recipe(resume_from, output_dir, yaml_load(recipe_text), mode, argv, log)
+    else:  # a finished run with nothing to continue from (not even in S3) is never restarted silently
+        finished_verdict(output_dir, yaml_load(recipe_text), mode, argv, log, remote=False)
     return resume_from
 
 
@@ -216,9 +256,13 @@ def _load_model(recipe, device, trl_config, seed: int) -> LoadedModel:
     return loaded
 
 
-def _callbacks(recipe, monitor, output_dir: Path, recipe_text: str, storage) -> list:
-    # the monitor adds speed/health keys to each log record: before MetricsFile here, before the trackers in monitor_first
-    callbacks = [monitor, MetricsFile(output_dir / "metrics.jsonl"), RecipeInCheckpoints(output_dir, recipe_text), *storage.callbacks()]
+def _callbacks(recipe, monitor, output_dir: Path, recipe_text: str, storage, stop, segments, resume_from) -> list:
+    # the monitor adds speed/health keys to each log record: before MetricsFile here, before the trackers in monitor_first;
+    # the checkpoint's recipe and segments are written before the S3 uploader snapshots it
+    callbacks = [monitor, stop, MetricsFile(output_dir / "metrics.jsonl"), RecipeInCheckpoints(output_dir, recipe_text), segments,
+                 *storage.callbacks()]
+    if resume_from is not None:
+        callbacks.append(ScheduleOnResume())
     training = recipe.training
     if training.early_stopping_patience is not None:
         from transformers import EarlyStoppingCallback
@@ -245,6 +289,9 @@ def _check_built(run: Run, trainer, drops, device, world: int) -> None:
 
 
 def _write_run_files(output_dir: Path, recipe_text: str, trl_config, resume_from: Path | None) -> None:
+    if resume_from is None and holds_a_run(output_dir):  # starting over: the earlier run moves aside, whole
+        moved = move_aside(output_dir)
+        log(f"starting over (step 0): the earlier run in {output_dir} moved to {moved}")
     header = "".join(f"# {k}: {v}\n" for k, v in provenance().items())
     (output_dir / "resolved_recipe.yaml").write_text(header + recipe_text)
     trl_json = trl_config.to_json_string()
@@ -327,17 +374,24 @@ def keep_metrics(path: Path, upto_step: int) -> None:
     path.write_text("".join(line + "\n" for line in kept))
 
 
-def _write_summary(run: Run, result, seconds: float) -> None:
+def _write_summary(run: Run, result) -> None:
+    """run_summary.json: the whole run, over every segment (each start or resume that trained it)."""
+    segments = run.segments.segments(result.global_step, "finished")
+    whole = whole_run(segments, read_records(run.output_dir / "metrics.jsonl"))
+    if whole["train_loss"] is None and len(segments) == 1:  # nothing logged a loss: the Trainer's own mean
+        whole["train_loss"] = result.training_loss
+    segments = whole.pop("segments")
     summary = {
+        "state": "finished",
         "algorithm": run.loaded_recipe.recipe.training.algorithm,
         "rl": ALGORITHMS[run.loaded_recipe.recipe.training.algorithm].rl,
         "global_step": result.global_step,
-        "train_loss": result.training_loss,
-        "wall_seconds": round(seconds, 2),
+        **whole,
         "data": [r.render() for r in run.data_reports],
         "token_audit": [a.to_dict() for a in run.token_audits],
         "model_notes": run.loaded.notes,
         **(run.monitor.summary() if run.monitor else {}),
+        "segments": segments,  # listed last: the whole run's figures come first
     }
     (run.output_dir / "run_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 

@@ -18,7 +18,7 @@ class NoStorage:
     def fetch_checkpoint(self, output_dir, newer_than: int):
         return None
 
-    def finish(self, output_dir) -> str | None:
+    def finish(self, output_dir, final: bool = True) -> str | None:
         return None
 
 
@@ -57,11 +57,12 @@ class S3RunStorage:
         return [S3CheckpointUploader(self.uploader, self.dest, upload_checkpoints=s3.upload_checkpoints,
                                      delete_local_after_upload=s3.delete_local_after_upload)]
 
-    def finish(self, output_dir) -> str:
-        """Upload the final model (already saved in output_dir), wait for every upload, summarise."""
+    def finish(self, output_dir, final: bool = True) -> str:
+        """Upload the final model (already saved in output_dir), wait for every upload, summarise.
+        final=False (a run stopped by Ctrl-C / SIGTERM): no final model; wait for the checkpoints' uploads."""
         from .callback import UploadSummary, upload_final
 
-        if self.settings.upload_final_model:
+        if final and self.settings.upload_final_model:
             summary = upload_final(self.uploader, output_dir, self.dest)
         else:
             summary = UploadSummary(tuple(self.uploader.wait()))
