@@ -170,6 +170,9 @@ def cmd_make_tiny_model(args) -> int:
 
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise UserError(f"make-tiny-model: {args.out!r} exists and is not a directory; give a folder to write the model into")
+    if Path(args.out).is_dir() and any(Path(args.out).iterdir()) and not args.force:
+        raise UserError(f"make-tiny-model: {args.out!r} is not empty (a trained model there would be replaced by random "
+                        f"weights); give an empty or new folder, or add --force to replace what is there")
     out = build_tiny_model(args.out, arch=args.arch, size=args.size, seed=args.seed)
     print(f"tiny {args.arch}-{args.size} model and tokenizer written to {out}")
     return 0
@@ -208,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", choices=["qwen2", "llama", "llava"], default="qwen2", help="llava: a vision-language model (CLIP-style vision tower + projector + qwen2 language model) with its processor")
     p.add_argument("--size", choices=["1m", "2m", "6m"], default="1m", help="approximate parameter count")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true", help="write into a folder that is not empty, replacing the model files there")
     p.set_defaults(func=cmd_make_tiny_model)
 
     import importlib

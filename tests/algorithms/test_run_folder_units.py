@@ -35,6 +35,8 @@ def test_extends_rule():
     old = {"training": {"max_steps": 4, "num_train_epochs": 3.0}}
     assert not extends(old, old, 4)
     assert extends(old, {"training": {"max_steps": 6}}, 4) and not extends(old, {"training": {"max_steps": 3}}, 4)
+    stopped_early = {"training": {"max_steps": 10}}  # a health flag (stop_on) or early stopping ended it at step 4
+    assert not extends(stopped_early, stopped_early, 4) and extends(stopped_early, {"training": {"max_steps": 12}}, 4)
     by_epochs = {"training": {"max_steps": -1, "num_train_epochs": 1.0}}
     assert not extends(by_epochs, by_epochs, 8) and extends(by_epochs, {"training": {"max_steps": -1, "num_train_epochs": 2.0}}, 8)
 

@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "posttrain"
 # floor of each top-level package or module of posttrain (0 = bottom)
 FLOORS = {
     "__init__": 0, "errors": 0,
-    "secrets": 1, "log": 1, "checkpoints": 1, "locks": 1, "user_code": 1,
+    "secrets": 1, "log": 1, "checkpoints": 1, "locks": 1, "user_code": 1, "flag_types": 1,
     "net": 2,
     "storage": 3,
     "models": 4, "rewards": 4, "monitoring": 4, "distributed": 4,

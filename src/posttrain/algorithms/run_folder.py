@@ -132,13 +132,15 @@ def _schedule(recipe: dict) -> tuple:
 def extends(old: dict, new: dict, finished_at: int) -> bool:
     """Whether the new recipe's schedule ends after the step a finished run ended at.
 
-    With max_steps > 0 that is max_steps > finished_at. An epoch-based schedule (max_steps <= 0)
-    continues when num_train_epochs grew: the steps per epoch are only known once the data is read.
+    With max_steps > 0 that is a max_steps past both the step it finished at and the old recipe's
+    max_steps (a run that stopped early, on a health flag or early stopping, stays stopped under the
+    same recipe). An epoch-based schedule (max_steps <= 0) continues when num_train_epochs grew: the
+    steps per epoch are only known once the data is read.
     """
     new_steps, new_epochs = _schedule(new)
     old_steps, old_epochs = _schedule(old)
     if isinstance(new_steps, int) and new_steps > 0:
-        return new_steps > finished_at
+        return new_steps > finished_at and not (isinstance(old_steps, int) and new_steps <= old_steps)
     if isinstance(old_steps, int) and old_steps > 0:  # the finished run counted steps, the new one epochs
         return True
     return isinstance(new_epochs, (int, float)) and isinstance(old_epochs, (int, float)) and new_epochs > old_epochs
@@ -179,10 +181,13 @@ def check_recipe(checkpoint: Path, output_dir: Path, new: dict, mode, argv: list
     log(f"warning: resuming {checkpoint.name} with a changed recipe ({key}=force):\n{render(refused)}")
 
 
-def finished_verdict(output_dir: Path, new: dict, mode, argv: list[str], log=print) -> str | None:
+def finished_verdict(output_dir: Path, new: dict, mode, argv: list[str], log=print, remote: bool | None = None) -> str | None:
     """For a finished run folder: "already complete at step N ..." when this recipe asks for nothing
     more (the caller exits 0 and changes nothing), None when it should continue or the folder is not
-    finished. A recipe that may not continue this run raises UserError (exit 2)."""
+    finished. A recipe that may not continue this run raises UserError (exit 2).
+
+    remote: whether the checkpoint to continue from may be in S3 instead of output_dir (default: the
+    recipe has an s3 section); the run then looks there before refusing."""
     if mode not in ("auto", "force"):
         return None
     state = folder_state(output_dir)
@@ -193,14 +198,18 @@ def finished_verdict(output_dir: Path, new: dict, mode, argv: list[str], log=pri
     if state.checkpoint is not None:
         check_recipe(state.checkpoint, output_dir, new, mode, argv, log=lambda _msg: None)
     if old is not None and extends(old, new, state.step):
-        if state.checkpoint is None or _step(state.checkpoint) != state.step:
+        if remote is None:
+            remote = bool(new.get("s3"))
+        if (state.checkpoint is None or _step(state.checkpoint) != state.step) and not remote:
             saved = f"its newest checkpoint is {state.checkpoint.name}" if state.checkpoint is not None else "it saved no checkpoint"
             raise UserError(
                 f"training.output_dir {str(output_dir)!r}: the run there finished at step {state.step}, but {saved}, so a "
                 f"longer schedule cannot continue it. Start over (the finished run moves to {output_dir}/{PREVIOUS}<time>/):\n"
                 f"    {command_with(argv, 'training.resume_from_checkpoint', 'false')}")
         return None
-    return (f"{output_dir}: already complete at step {state.step} (run_summary.json); nothing to do. A larger "
+    stopped = (state.summary or {}).get("stopped_by")
+    why = f"stopped by training.stop_on: {stopped}" if stopped else "run_summary.json"
+    return (f"{output_dir}: already complete at step {state.step} ({why}); nothing to do. A larger "
             f"training.max_steps continues it; training.resume_from_checkpoint=false starts over (the finished run "
             f"moves to {PREVIOUS}<time>/).")
 

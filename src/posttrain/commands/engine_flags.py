@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 
+from posttrain.flag_types import COUNT, NONNEGATIVE, SECONDS
+
 # flag destination -> (engine option, engine kinds it applies to)
 FLAG_OPTIONS = {
     "batch_size": ("batch_size", {"local"}),
@@ -30,16 +32,16 @@ FLAG_OPTIONS = {
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """The engine flags, in their own help group; every default is None = the engine's default."""
     e = parser.add_argument_group("engines (each flag applies to the models it fits)")
-    e.add_argument("--batch-size", type=int, help="local models: prompts per batch (default: 64 on a CPU, 16 on a GPU)")
+    e.add_argument("--batch-size", type=COUNT, help="local models: prompts per batch (default: 64 on a CPU, 16 on a GPU)")
     e.add_argument("--decoder", choices=["posttrain", "transformers"], help="local models: posttrain's decoding loop "
                    "(default; pre-packed CPU weights, no cache copies: README 'Speed of rollouts') or transformers' generate; "
                    "the same tokens up to float32 rounding")
     e.add_argument("--no-chat-template", action="store_true", default=None, help="local/vLLM models: send plain-string prompts raw instead of as a user turn in the chat template")
     e.add_argument("--base-url", help="API models: API root, e.g. http://localhost:8000/v1 for an OpenAI-compatible server")
     e.add_argument("--api-key-env", metavar="VAR", help="API models: environment variable holding the key")
-    e.add_argument("--concurrency", type=int, help="API models: requests in flight at once (default: 8)")
-    e.add_argument("--timeout", type=float, help="API models: seconds to wait for an answer (default: 60)")
-    e.add_argument("--retries", type=int, help="API models: retries on 429/5xx/connection errors, with backoff (default: 5)")
+    e.add_argument("--concurrency", type=COUNT, help="API models: requests in flight at once (default: 8)")
+    e.add_argument("--timeout", type=SECONDS, help="API models: seconds to wait for an answer (default: 60)")
+    e.add_argument("--retries", type=NONNEGATIVE, help="API models: retries on 429/5xx/connection errors, with backoff (default: 5)")
     e.add_argument("--on-error", choices=["fail", "continue"], help="API models: stop at a failed request, or record it as an error row and go on (default: fail)")
     e.add_argument("--no-progress", action="store_true", default=None, help="no progress bars")
 

@@ -29,6 +29,7 @@ from posttrain.commands.engine_flags import add_engine_arguments, endpoint, engi
 from posttrain.commands.task_recipe import add_recipe_arguments, apply_recipe
 from posttrain.commands.tool_flags import add_tool_arguments, make_toolbox, with_tools
 from posttrain.errors import UserError
+from posttrain.flag_types import ALPHA, COUNT, SHARE, TEMPERATURE, TOP_P
 
 ARM_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 BASE_ARM = "base"
@@ -46,18 +47,18 @@ def _log(message: str) -> None:
 
 def _shared_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", help="arithmetic | gsm8k | mmlu | custom")
-    p.add_argument("--n", type=int, default=None, help="evaluate the first N items after a shuffle seeded by --seed (default: all; arithmetic: 500)")
+    p.add_argument("--n", type=COUNT, default=None, help="evaluate the first N items after a shuffle seeded by --seed (default: all; arithmetic: 500)")
     p.add_argument("--data", default=None, help="local .jsonl/.json/.csv/.parquet file instead of the hub (gsm8k: question/answer; mmlu: question/choices/answer; custom: see --prompt-column)")
     p.add_argument("--prompt-column", default="prompt", help="custom task: column with the question text or chat messages (default: prompt)")
     p.add_argument("--answer-column", default="answer", help="custom task: column with the gold answer, a number or text (default: answer)")
     p.add_argument("--image-column", action="append", default=[], metavar="C", help="custom task: column with each row's image(s) (a path relative to the data file, URL, s3://, data URI, or a list); repeatable. Needs a vision-language model (or an API model that takes images)")
     p.add_argument("--data-seed", type=int, default=None, help="arithmetic task: generator seed (default 1234); any seed draws only from the questions training data never holds")
     p.add_argument("--seed", type=int, default=0, help="seed of the item shuffle and of sampling (default 0)")
-    p.add_argument("--max-new-tokens", type=int, default=512, help="generation budget per answer, in tokens (default 512)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy, the default: deterministic answers make the paired test exact")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass when --temperature > 0 (default 1.0)")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level of verdicts and 1 - level of the CIs (default 0.05)")
-    p.add_argument("--max-error-share", type=float, default=None, metavar="F",
+    p.add_argument("--max-new-tokens", type=COUNT, default=512, help="generation budget per answer, in tokens (default 512)")
+    p.add_argument("--temperature", type=TEMPERATURE, default=0.0, help="0 = greedy, the default: deterministic answers make the paired test exact")
+    p.add_argument("--top-p", type=TOP_P, default=1.0, help="nucleus sampling mass when --temperature > 0 (default 1.0)")
+    p.add_argument("--alpha", type=ALPHA, default=0.05, help="significance level of verdicts and 1 - level of the CIs (default 0.05)")
+    p.add_argument("--max-error-share", type=SHARE, default=None, metavar="F",
                    help="failed requests (--on-error continue) are left out of accuracy and, for both arms, of a pair's "
                         "comparison; above this share of a pair's items left out, no verdict (default 0.05)")
     p.add_argument("--out", default=None, help="output directory (default runs/eval-TASK or runs/compare-TASK)")

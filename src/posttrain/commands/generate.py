@@ -23,6 +23,7 @@ import argparse
 from posttrain.commands.engine_flags import add_engine_arguments, engine_options_per_model
 from posttrain.commands.task_recipe import add_recipe_arguments, apply_recipe
 from posttrain.commands.tool_flags import add_tool_arguments, make_toolbox, with_tools
+from posttrain.flag_types import COUNT, NONNEGATIVE, SECONDS, TEMPERATURE, TOP_P
 
 OUTPUT_FIELDS = ["model", "index", "prompt", "completion", "prompt_tokens", "completion_tokens", "finish_reason", "error", "params"]
 TOOL_OUTPUT_FIELDS = ["turns", "tools", "environment_reward"]  # with --tools/--environment: every call and result
@@ -55,22 +56,22 @@ def add_parser(subparsers) -> None:
     p.add_argument("--system-prompt", metavar="T", help="a system turn before every prompt (a str.format template over the row's columns too)")
     p.add_argument("--split", help="dataset split, slices allowed: test, train[:100] (default: train)")
     p.add_argument("--subset", help="dataset configuration name (e.g. 'main' for gsm8k)")
-    p.add_argument("--n", type=int, metavar="N", help="use only the first N prompts (default: all)")
+    p.add_argument("--n", type=COUNT, metavar="N", help="use only the first N prompts (default: all)")
 
     s = p.add_argument_group("sampling")
-    s.add_argument("--max-new-tokens", type=int, default=256, help="tokens to generate at most per prompt (default: 256)")
-    s.add_argument("--temperature", type=float, default=0.0, help="0 = greedy, deterministic (default: 0)")
-    s.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]; ignored when greedy (default: 1)")
+    s.add_argument("--max-new-tokens", type=COUNT, default=256, help="tokens to generate at most per prompt (default: 256)")
+    s.add_argument("--temperature", type=TEMPERATURE, default=0.0, help="0 = greedy, deterministic (default: 0)")
+    s.add_argument("--top-p", type=TOP_P, default=1.0, help="nucleus sampling mass in (0, 1]; ignored when greedy (default: 1)")
     s.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
 
     m = p.add_argument_group("images and video (vision-language models; read and placed as sft_vlm training does)")
     m.add_argument("--image-column", action="append", metavar="C", help="column with each row's image(s) (path, URL, s3://, data URI); repeat for several")
     m.add_argument("--video-column", action="append", metavar="C", help="column with each row's video; it is given to the model as sampled frames")
-    m.add_argument("--max-image-pixels", type=int, metavar="N", help="downscale larger images (and frames) to N pixels, keeping the aspect ratio")
-    m.add_argument("--video-fps", type=float, metavar="F", help="frames sampled per second of video (default: the media loader's)")
-    m.add_argument("--video-max-frames", type=int, metavar="N", help="at most N frames per video, evenly spaced")
-    m.add_argument("--media-timeout", type=float, metavar="S", help="seconds to connect to / between reads of a media download (default 30)")
-    m.add_argument("--media-retries", type=int, metavar="N", help="extra attempts for a media download worth retrying (default 3)")
+    m.add_argument("--max-image-pixels", type=COUNT, metavar="N", help="downscale larger images (and frames) to N pixels, keeping the aspect ratio")
+    m.add_argument("--video-fps", type=SECONDS, metavar="F", help="frames sampled per second of video (default: the media loader's)")
+    m.add_argument("--video-max-frames", type=COUNT, metavar="N", help="at most N frames per video, evenly spaced")
+    m.add_argument("--media-timeout", type=SECONDS, metavar="S", help="seconds to connect to / between reads of a media download (default 30)")
+    m.add_argument("--media-retries", type=NONNEGATIVE, metavar="N", help="extra attempts for a media download worth retrying (default 3)")
 
     add_engine_arguments(p)
     add_tool_arguments(p)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from posttrain.flag_types import COUNT
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -16,7 +18,7 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="training output directories")
-    p.add_argument("--bins", type=int, default=4, help="number of step ranges (default 4)")
+    p.add_argument("--bins", type=COUNT, default=4, help="number of step ranges (default 4)")
     p.add_argument("--plot", type=Path, metavar="FILE.png", help="also draw every metric's curve per run")
     p.add_argument("--out", type=Path, metavar="FILE.md", help="also write the tables as markdown")
     p.add_argument("--html", type=Path, metavar="FILE.html", help="also write one self-contained HTML page: plot, health, "

@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from posttrain.flag_types import NONNEGATIVE, SECONDS
+
 DEFAULT_MAX_TURNS = 5
 DEFAULT_TIMEOUT = 10.0
 
@@ -28,9 +30,9 @@ def add_tool_arguments(parser: argparse.ArgumentParser) -> None:
                    help="a class whose public methods are tools with state: one instance per item, reset(**item) first, "
                         "get_reward() at the end (recorded as environment_reward)")
     g.add_argument("--environment-kwargs", metavar="JSON", help="keyword arguments for the environment's constructor, as a JSON object")
-    g.add_argument("--max-tool-turns", type=int, metavar="N", help=f"turns of tool calls per item at most (default {DEFAULT_MAX_TURNS}); "
+    g.add_argument("--max-tool-turns", type=NONNEGATIVE, metavar="N", help=f"turns of tool calls per item at most (default {DEFAULT_MAX_TURNS}); "
                    "--max-new-tokens applies to each turn")
-    g.add_argument("--tool-timeout", type=float, metavar="S", help=f"seconds one tool call may run (default {DEFAULT_TIMEOUT:g}); "
+    g.add_argument("--tool-timeout", type=SECONDS, metavar="S", help=f"seconds one tool call may run (default {DEFAULT_TIMEOUT:g}); "
                    "past it the call is stopped and the model reads a timeout error")
 
 

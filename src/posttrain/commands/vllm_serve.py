@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 
+from posttrain.flag_types import COUNT, FRACTION, PORT
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -26,12 +28,12 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--model", required=True, help="hub id, local model directory, a .gguf file, tiny:ARCH-SIZE or s3://bucket/model/")
-    p.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs one model copy is split over (default 1)")
-    p.add_argument("--data-parallel-size", type=int, default=1, help="model copies (default 1)")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="share of each GPU's memory vLLM may take, 0-1 (default 0.9)")
+    p.add_argument("--tensor-parallel-size", type=COUNT, default=1, help="GPUs one model copy is split over (default 1)")
+    p.add_argument("--data-parallel-size", type=COUNT, default=1, help="model copies (default 1)")
+    p.add_argument("--gpu-memory-utilization", type=FRACTION, default=0.9, help="share of each GPU's memory vLLM may take, 0-1 (default 0.9)")
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000, the recipe's training.vllm_server_port)")
-    p.add_argument("--max-model-len", type=int, default=None, help="longest prompt + completion in tokens (default: the model's)")
+    p.add_argument("--port", type=PORT, default=8000, help="port (default 8000, the recipe's training.vllm_server_port)")
+    p.add_argument("--max-model-len", type=COUNT, default=None, help="longest prompt + completion in tokens (default: the model's)")
     p.add_argument("--dtype", default="auto", help="weights' dtype (default auto)")
     p.add_argument("--print-command", action="store_true", help="print the vllm serve command and exit (no GPU needed)")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: arguments for vllm serve, unchanged")

@@ -26,6 +26,7 @@ import sys
 from dataclasses import dataclass
 
 from posttrain.errors import UserError
+from posttrain.flag_types import COUNT, NONNEGATIVE, PORT
 
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 # The secret overrides (API keys, reward headers) travel to the ranks here, not on their command lines:
@@ -60,12 +61,12 @@ class LaunchOptions:
 def add_launch_args(parser) -> None:
     """The launch flags of `posttrain train` (and `validate`, which checks batch shapes for them)."""
     g = parser.add_argument_group("launching (torchrun)")
-    g.add_argument("--nproc", "--num-gpus", dest="nproc", type=int, default=1, metavar="N",
+    g.add_argument("--nproc", "--num-gpus", dest="nproc", type=COUNT, default=1, metavar="N",
                    help="processes on this machine, one per GPU (default 1: one plain process). On CPU, N gloo processes.")
-    g.add_argument("--nnodes", type=int, default=1, metavar="M", help="machines taking part (default 1); run the same command on each")
-    g.add_argument("--node-rank", type=int, default=None, metavar="R", help="this machine's index, 0..M-1 (static rendezvous with --master-addr)")
+    g.add_argument("--nnodes", type=COUNT, default=1, metavar="M", help="machines taking part (default 1); run the same command on each")
+    g.add_argument("--node-rank", type=NONNEGATIVE, default=None, metavar="R", help="this machine's index, 0..M-1 (static rendezvous with --master-addr)")
     g.add_argument("--master-addr", default=None, metavar="HOST", help="address of node 0 (static rendezvous)")
-    g.add_argument("--master-port", type=int, default=None, metavar="PORT", help="port on node 0 (default 29500 for multi-node)")
+    g.add_argument("--master-port", type=PORT, default=None, metavar="PORT", help="port on node 0 (default 29500 for multi-node)")
     g.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="c10d rendezvous endpoint instead of --node-rank/--master-addr (node ranks are assigned)")
     g.add_argument("--rdzv-id", default=None, metavar="ID", help="job id shared by all nodes of a c10d rendezvous (default 'posttrain')")
 
