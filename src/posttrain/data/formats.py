@@ -3,7 +3,7 @@
 Formats (TRL's names): `text` -> {"text"}; `prompt_completion` -> {"prompt", "completion"};
 `messages` -> {"messages"}: a list of {"role", "content"} (tool calls allowed, with an optional
 `tools` column of function schemas); `preference` -> {"prompt", "chosen", "rejected"}, as text or
-chats. Empty or malformed rows, and preference pairs whose two answers are equal, are dropped and
+chats; `unpaired` (KTO) -> {"prompt", "completion", "label"}: one response and whether it is desirable. Empty or malformed rows, and preference pairs whose two answers are equal, are dropped and
 counted per reason; a dataset that ends up empty is an error naming it.
 """
 
@@ -69,7 +69,23 @@ def _columns_for(spec, fmt: str) -> dict[str, str]:
         "prompt_completion": {"prompt": spec.prompt_column, "completion": spec.completion_column},
         "messages": {"messages": spec.messages_column},
         "preference": {"prompt": spec.prompt_column, "chosen": spec.chosen_column, "rejected": spec.rejected_column},
+        "unpaired": {"prompt": spec.prompt_column, "completion": spec.completion_column, "label": spec.label_column},
     }[fmt]
+
+
+LABEL_WORDS = {True: True, False: False, 1: True, 0: False, "true": True, "false": False, "1": True, "0": False}
+
+
+def _label(value) -> bool | None:
+    """An unpaired row's label as a bool, or None when it is not one (a float like 0.5 is no label)."""
+    if isinstance(value, str):
+        value = value.strip().lower()
+    elif isinstance(value, float) and value in (0.0, 1.0):
+        value = int(value)
+    try:
+        return LABEL_WORDS.get(value)
+    except TypeError:  # unhashable (a list)
+        return None
 
 
 def _chat_problem(msgs, column: str, need_assistant: bool = True) -> str | None:
@@ -87,6 +103,15 @@ def _chat_problem(msgs, column: str, need_assistant: bool = True) -> str | None:
 
 def _problem(fmt: str, row: dict) -> str | None:
     """Why a row (already in TRL columns) cannot train, or None if it can."""
+    if fmt == "unpaired":
+        label = _label(row["label"])
+        if label is None:
+            return "'label' not true/false"
+        row["label"] = label
+        pair = {"prompt": row["prompt"], "completion": row["completion"]}
+        if all(isinstance(v, list) for v in pair.values()):
+            return _chat_problem(row["prompt"], "prompt", need_assistant=False) or _chat_problem(row["completion"], "completion")
+        fmt, row = "prompt_completion", pair
     if fmt == "messages":
         return _chat_problem(row["messages"], "messages")
     if fmt == "preference":
@@ -204,7 +229,7 @@ def _prepared(raw, spec, key: str, fmt: str, mapping: dict, seed: int, templated
 
 
 def _key_for(spec, column: str, fmt: str) -> str:
-    for name in ("text_column", "prompt_column", "completion_column", "messages_column"):
+    for name in ("text_column", "prompt_column", "completion_column", "messages_column", "chosen_column", "rejected_column", "label_column"):
         if getattr(spec, name) == column:
             return name
     return "format"

@@ -47,6 +47,7 @@ DATA_SHAPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "sft_vlm": (("auto", "prompt_completion", "messages"), ("prompt_column", "completion_column", "messages_column")),
     "preference": (("auto", "preference"), ("prompt_column", "chosen_column", "rejected_column")),
     "prompt": (("auto",), ("prompt_column", "answer_column", "template")),
+    "unpaired": (("auto", "unpaired"), ("prompt_column", "completion_column", "label_column")),
 }
 
 
@@ -117,6 +118,10 @@ _ROWS = [
               rl=True, vision=True,
               defaults={"importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": 3e-4, "epsilon_high": 4e-4, "beta": 0.0},
               dead={**EVERY_ALGORITHM_DEAD, "average_tokens_across_devices": _OWN_LOSS % "GRPOTrainer", **_GRPO_SAMPLER}),
+    # KTO (Ethayarajh et al. 2024): unpaired desirable/undesirable completions; TRL's defaults kept
+    # (beta 0.1, weights 1.0, lr 1e-6, sequential batches: the KL estimate needs them).
+    Algorithm("kto", "kto", "KTOConfig", "kto", "unpaired", section="posttrain.recipe.kto_section:KTOTrainingBase",
+              dead={**EVERY_ALGORITHM_DEAD, "average_tokens_across_devices": _OWN_LOSS % "KTOTrainer"}),
 ]
 
 ALGORITHMS: dict[str, Algorithm] = {row.name: row for row in _ROWS}

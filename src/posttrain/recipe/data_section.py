@@ -13,10 +13,10 @@ class DatasetSpec(Section):
     name: str = Field(min_length=1, description="A hub dataset id, or a local .jsonl/.json/.csv/.parquet file.")
     subset: str | None = Field(None, description="Hub configuration name (e.g. 'main' for openai/gsm8k).")
     split: str = Field("train", description="Split, with optional slice: 'train', 'train[:64]', 'test[10%:]'.")
-    format: Literal["auto", "text", "prompt_completion", "messages", "preference"] = Field(
+    format: Literal["auto", "text", "prompt_completion", "messages", "preference", "unpaired"] = Field(
         "auto",
         description="How rows are read. 'auto' picks 'messages' if messages_column exists, else 'prompt_completion' if "
-        "prompt_column and completion_column exist, else 'text'. CPT always reads 'text', DPO 'preference'.",
+        "prompt_column and completion_column exist, else 'text'. CPT always reads 'text', DPO and reward 'preference', KTO 'unpaired'.",
     )
     text_column: str = Field("text", description="Column with raw text (format 'text').")
     prompt_column: str = Field("prompt", description="Column with the prompt (format 'prompt_completion').")
@@ -25,6 +25,8 @@ class DatasetSpec(Section):
     tools_column: str = Field("tools", description="Optional column with the function schemas offered in a chat (format 'messages'); used when present.")
     chosen_column: str = Field("chosen", description="DPO: the preferred response (text, or chat messages).")
     rejected_column: str = Field("rejected", description="DPO: the dispreferred response (text, or chat messages).")
+    label_column: str = Field("label", description="KTO (format 'unpaired'): whether the row's completion is desirable: true/false "
+                              "(or 1/0, 'true'/'false'). Rows with another value are dropped and counted.")
     max_samples: StrictInt | None = Field(None, ge=1, description="Use at most this many rows (after dropping bad ones), shuffled with training.seed.")
     weight: float | None = Field(
         None, gt=0.0,

@@ -67,8 +67,9 @@ VISION_DATA_KEYS = ("max_image_pixels", "video_fps", "video_max_frames", "media_
 PROMPT_ONLY_DATA_KEYS = ("max_prompt_length", "prompt_truncation", "use_chat_template", "system_prompt", "few_shot")
 # Which `format` values and which per-dataset keys each algorithm reads: its data shape
 # (recipe/algorithms.py DATA_SHAPES); a key an algorithm never reads is rejected.
-DATASET_COLUMN_KEYS = ("text_column", "prompt_column", "completion_column", "messages_column", "tools_column", "chosen_column",
-                       "rejected_column", "answer_column", "template")
+DATASET_COLUMN_KEYS = tuple(dict.fromkeys(key for _formats, keys in DATA_SHAPES.values() for key in keys))
+
+
 class Recipe(Section):
     """A whole training recipe. Recipes are validated with `recipe_model(algorithm)`, this class with
     that algorithm's training section (only that one is built); this base is never built itself."""
