@@ -81,26 +81,47 @@ def load_with_file_checks(load_recipe, recipe_path, overrides, machine: bool = T
 
 def cmd_validate(args) -> int:
     from posttrain.distributed.launch import options_from_args
-    from posttrain.recipe.load import format_differences, load_recipe, resolved_dict, to_yaml
+    from posttrain.recipe.load import format_differences, load_recipe, read_yaml, redact_overrides, resolved_dict, to_yaml
     from posttrain.recipe.preflight import preflight
-
-    from posttrain.recipe.load import read_yaml
     from posttrain.recipe.tasks import is_task_recipe
+    from posttrain.user_code import add_search_paths
 
     recipe_path, overrides = _split_recipe_args(args)
+    add_search_paths(recipe_path)  # rewards, tools and environments import as train imports them
     raw = read_yaml(recipe_path)  # read once: for the kind of recipe, then for the recipe itself
     if is_task_recipe(raw):
         return _validate_task_recipe(recipe_path, overrides, raw)
     world = planned_world_size(options_from_args(args))
     loaded = load_with_file_checks(lambda path, items: load_recipe(path, items, raw=raw, world_size=world), recipe_path, overrides,
                                    machine=not args.schema_only)
+    notes = []
     if not args.schema_only:
         preflight(loaded.recipe)
+        notes = what_train_checks(loaded, recipe_path, redact_overrides(getattr(args, "_argv", None) or sys.argv[1:]))
     print(f"# {recipe_path}: valid ({loaded.recipe.training.algorithm})")
+    for note in notes:
+        print(f"# {note}")
     print(to_yaml(resolved_dict(loaded.recipe)), end="")
     print("\n# differs from the library defaults:")
     print(format_differences(loaded))
     return 0
+
+
+def what_train_checks(loaded, recipe_path: str, argv: list[str]) -> list[str]:
+    """The checks `train` makes before the model loads that the recipe's schema and preflight do
+    not: the data read as train reads it (local files) and the run folder (posttrain.algorithms.train_checks)."""
+    from posttrain.algorithms.train_checks import data_notes, run_folder_notes
+    from posttrain.recipe.load import resolved_dict, to_yaml
+    from posttrain.user_code import searched
+    from yaml import safe_load
+
+    recipe = loaded.recipe
+    argv = ["train" if a == "validate" and i == 0 else a for i, a in enumerate(argv)]  # the fixes it suggests are train commands
+    notes = run_folder_notes(recipe, safe_load(to_yaml(resolved_dict(recipe))), argv)
+    notes += data_notes(recipe)
+    if any(":" in r.name for r in getattr(recipe.training, "rewards", None) or []) or getattr(recipe.training, "uses_tools", False):
+        notes.append(f"user code imported as train imports it: {searched()}")
+    return notes
 
 
 def _validate_task_recipe(path: str, overrides: list[str], raw: dict) -> int:
@@ -120,7 +141,10 @@ def cmd_train(args) -> int:
     from posttrain.recipe.load import load_recipe, redact_overrides
     from posttrain.recipe.preflight import preflight
 
+    from posttrain.user_code import add_search_paths
+
     recipe_path, overrides = _split_recipe_args(args)
+    add_search_paths(recipe_path)  # user rewards, tools and environments: the recipe's folder and the working directory
     overrides = restore_secret_overrides(overrides)  # a rank that `--nproc` started: its secrets came in the environment
     opts = options_from_args(args)
     world = planned_world_size(opts)  # every recipe error once, here, not once per process
@@ -149,12 +173,16 @@ def already_complete(loaded, argv: list[str]) -> str | None:
     if "RANK" in os.environ:
         return None
     from posttrain.algorithms.run_folder import finished_verdict
+    from posttrain.algorithms.train_checks import run_folder_notes
     from posttrain.recipe.load import resolved_dict, to_yaml
     from yaml import safe_load
 
     training = loaded.recipe.training
-    return finished_verdict(Path(training.output_dir), safe_load(to_yaml(resolved_dict(loaded.recipe))), training.resume_from_checkpoint,
-                            argv, log=lambda _msg: None)
+    new = safe_load(to_yaml(resolved_dict(loaded.recipe)))
+    done = finished_verdict(Path(training.output_dir), new, training.resume_from_checkpoint, argv, log=lambda _msg: None)
+    if done is None:
+        run_folder_notes(loaded.recipe, new, argv)  # a recipe the run there cannot continue: exit 2 before the lock is taken
+    return done
 
 
 def cmd_inspect(args) -> int:

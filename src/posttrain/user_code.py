@@ -15,7 +15,36 @@ Standard library only: `posttrain validate` uses it without torch.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from pathlib import Path
 from typing import Any
+
+_SEARCHED: list[str] = []  # the folders add_search_paths put on sys.path, named in import errors
+
+
+def add_search_paths(recipe_path: str | Path | None) -> list[str]:
+    """Make user code importable the same way for `train`, `validate` and every rank: the recipe's
+    folder and the working directory join sys.path (after the installed packages, so a file there
+    never shadows one). The `posttrain` console script does not have the working directory on its
+    path (only `python -m posttrain` does), so `my_rewards:fn` beside the recipe used to import
+    under one and not the other. Returns the folders added."""
+    folders = [Path(recipe_path).expanduser().resolve().parent] if recipe_path else []
+    folders.append(Path.cwd())
+    added = []
+    for folder in dict.fromkeys(str(f) for f in folders):
+        if folder not in _SEARCHED:
+            _SEARCHED.append(folder)
+        if folder not in sys.path:
+            sys.path.append(folder)
+            added.append(folder)
+    return added
+
+
+def searched() -> str:
+    """Where a module is looked for, for messages."""
+    places = " and ".join(_SEARCHED) if _SEARCHED else os.getcwd() + " (if on the path)"
+    return f"looked for in the installed packages and in {places}"
 
 
 def split_spec(spec: str, what: str = "reward") -> tuple[str, str]:
@@ -37,7 +66,8 @@ def import_object(spec: str, what: str = "reward", *, callable_required: bool = 
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"{what} {spec!r}: cannot import module {module_name!r} ({exc})") from exc
+        where = f"; {searched()}" if isinstance(exc, ModuleNotFoundError) and exc.name == module_name.split(".")[0] else ""
+        raise ValueError(f"{what} {spec!r}: cannot import module {module_name!r} ({exc}{where})") from exc
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module failed while importing
         raise ValueError(f"{what} {spec!r}: importing module {module_name!r} failed ({type(exc).__name__}: {exc})") from exc
     for attr in attr_path.split("."):

@@ -133,7 +133,7 @@ CASES: dict[str, Case] = {
     "data file empty": Case(T + ["data.datasets[0].name=empty.jsonl"], ["empty.jsonl", "is empty"], {"empty.jsonl": ""}),
     "data file broken json": Case(T + ["data.datasets[0].name=bad.jsonl"], ["bad.jsonl"], {"bad.jsonl": '{"prompt": "a", "completion": \n'}),
     "data file wrong suffix": Case(T + ["data.datasets[0].name=./data.txt"], ["data.txt", "must be one of"], {"data.txt": "hello\n"}),
-    "data file is a directory": Case(T + ["data.datasets[0].name=dir.jsonl"], ["dir.jsonl"], {"dir.jsonl/x": ""}),
+    "data file is a directory": Case(T + ["data.datasets[0].name=dir.jsonl"], ["dir.jsonl", "is a directory"], {"dir.jsonl/x": ""}),
     "data local test split": Case(T + ["data.datasets[0].split=test[:10]"], ["data.datasets[0].split", "single split"]),
     "data local subset": Case(V + ["data.datasets[0].subset=main"], ["data.datasets[0].subset"]),
     "data csv without columns": Case(T + ["data.datasets[0].name=d.csv", "data.datasets[0].format=prompt_completion"], ["d.csv", "'prompt'"], {"d.csv": "a,b\n1,2\n"}),
@@ -141,7 +141,9 @@ CASES: dict[str, Case] = {
     "data json not rows": Case(T + ["data.datasets[0].name=d.json"], ["d.json"], {"d.json": "42\n"}),
     "data all rows empty": Case(T + ["data.datasets[0].name=e.jsonl"], ["e.jsonl", "no usable rows"], {"e.jsonl": json.dumps({"prompt": "", "completion": "x"}) + "\n"}),
     "data messages malformed": Case(T + ["data.datasets[0].name=m.jsonl"], ["m.jsonl"], {"m.jsonl": json.dumps({"messages": "hello"}) + "\n"}),
-    "dpo data without rejected": Case(["train", "dpo.yaml", "data.datasets[0].name=p.jsonl"], ["p.jsonl", "rejected"], {"p.jsonl": json.dumps({"prompt": "a", "chosen": "b"}) + "\n"}),
+    "dpo data without rejected": Case(["train", "dpo.yaml", "data.datasets[0].name=p.jsonl"], ["p.jsonl", "data.datasets[0].rejected_column=<column>"], {"p.jsonl": json.dumps({"prompt": "a", "chosen": "b"}) + "\n"}),
+    "sft data question/response": Case(T + ["data.datasets[0].name=qr.jsonl"], ["qr.jsonl", "data.datasets[0].prompt_column=<column>", "data.datasets[0].completion_column=<column>"],
+                                       {"qr.jsonl": json.dumps({"question": "1+1", "response": "2"}) + "\n"}),
     "grpo data without answer": Case(["train", "grpo.yaml", "data.datasets[0].name=q.jsonl"], ["q.jsonl", "answer"], {"q.jsonl": json.dumps({"question": "a"}) + "\n"}),
     "grpo gold answers all latex": Case(["train", "grpo.yaml", "data.datasets[0].name=q.jsonl"], ["q.jsonl", "not a number the rewards can compare"],
                                         {"q.jsonl": json.dumps({"question": "half?", "answer": "#### \\frac{1}{2}"}) + "\n"}),
@@ -154,6 +156,10 @@ CASES: dict[str, Case] = {
     "adapter config not json": Case(T + ["model.base_model_name=./a"], ["adapter_config.json"], {"a/adapter_config.json": "{"}),
     "adapter base missing": Case(T + ["model.base_model_name=./a"], ["model.base_model_name"],
                                  {"a/adapter_config.json": json.dumps({"base_model_name_or_path": "{cwd}/no-such-base", "r": 4})}),
+    "model path under a local folder": Case(T + ["model.base_model_name=runs/nope"], ["model.base_model_name", "runs/nope does not exist"], {"runs/.keep": ""}),
+    "resume conflicts with output_dir": Case(T, ["training.resume_from_checkpoint", "resume_from_checkpoint=false", "training.learning_rate"], {
+        "out/checkpoint-2/trainer_state.json": json.dumps({"global_step": 2}), "out/checkpoint-2/model.safetensors": "w",
+        "out/checkpoint-2/posttrain_recipe.yaml": recipe().replace("max_steps: 1", "max_steps: 1\n  learning_rate: 0.5")}),
     "tiny spec unknown": Case(T + ["model.base_model_name=tiny:gpt9"], ["model.base_model_name"]),
     "s3 model uri without key": Case(V + ["model.base_model_name=s3://"], ["model.base_model_name"]),
     # ---------------------------------------------------------------- CLI flags, every command
@@ -230,6 +236,32 @@ def test_malformed_input_exits_2_names_it_and_writes_nothing(name, tmp_path, mon
         assert text in err, f"{text!r} not in: {err}"
     after = tree(tmp_path)
     assert after == before, f"written: {sorted(set(after) - set(before))}, changed: {[k for k in before if after.get(k) != before[k]]}"
+
+
+TRAIN_OR_VALIDATE = [name for name, case in CASES.items() if case.argv[:1] in (["train"], ["validate"])]
+
+
+@pytest.mark.parametrize("name", TRAIN_OR_VALIDATE)
+def test_validate_agrees_with_train(name, tmp_path, monkeypatch, capsys, tiny_dir):
+    """Every malformed recipe, override, data file or model folder above that one of the two commands
+    refuses, the other refuses too: validate checks what train checks (data read as train reads it,
+    rewards imported, model paths and output_dir looked at), so a recipe that validates, trains."""
+    case = CASES[name]
+    other = ["validate" if case.argv[0] == "train" else "train", *case.argv[1:]]
+    for rel, text in {**BASE_FILES, **case.files}.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.replace("{cwd}", str(tmp_path)).replace("{tiny}", str(tiny_dir)))
+    monkeypatch.chdir(tmp_path)
+    for key, value in case.env.items():
+        monkeypatch.setenv(key, value)
+    try:
+        code = main(other)
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2, f"{other[0]} exit {code} where {case.argv[0]} exits 2\n{err}"
+    assert "Traceback" not in err
 
 
 def test_the_sweep_is_broad():

@@ -68,6 +68,8 @@ def test_finished_stays_finished_starting_over_starts_over_and_ctrl_c_keeps_the_
     assert again.returncode == 0, again.stderr[-2000:]
     assert "already complete at step 2" in again.stdout
     assert snapshot(out) == before
+    checked = run(["validate", *argv(out, data, "training.max_steps=2")[1:]], repo)  # validate says what train would do
+    assert checked.returncode == 0 and "# output_dir: " in checked.stdout and "already complete at step 2" in checked.stdout
 
     # Full -> LoRA: force is not offered, and refused when asked for, before anything loads.
     lora = argv(out, data, "training.max_steps=2", "model.use_lora=true")
@@ -76,6 +78,7 @@ def test_finished_stays_finished_starting_over_starts_over_and_ctrl_c_keeps_the_
     assert "resume_from_checkpoint=force\n" not in refused.stderr and "Traceback" not in refused.stderr
     forced = run([*lora, "training.resume_from_checkpoint=force"], repo)
     assert forced.returncode == 2 and "cannot be continued" in forced.stderr and "Traceback" not in forced.stderr
+    assert run(["validate", *lora[1:]], repo).returncode == 2  # and validate refuses it as train does
     assert snapshot(out) == before
 
     # The suggested fix, run as printed: start over; the old run moves aside whole.

@@ -163,10 +163,12 @@ def check_recipe(checkpoint: Path, output_dir: Path, new: dict, mode, argv: list
     over = (f"  start over (the run in {output_dir} moves to {output_dir}/{PREVIOUS}<time>/, nothing is deleted):\n"
             f"    {command_with(argv, key, 'false')}\n")
     if structural:
-        what = "cannot be continued:" if mode == "force" else "was trained with another recipe ({where}), and"
+        what = "cannot be continued" if mode == "force" else "was trained with another recipe"
+        others = [row for row in refused if row not in structural]
         raise UserError(
-            f"{key}: {checkpoint} {what.format(where=where)} these keys change which parameters train, so its optimizer "
+            f"{key}: {checkpoint} {what} ({where}): these keys change which parameters train, so its optimizer "
             f"state does not fit the new model (resume_from_checkpoint=force cannot help):\n{render(structural)}\n"
+            + (f"and these differ too:\n{render(others)}\n" if others else "") +
             f"Fix it with one of:\n{over}"
             f"  or keep that run and give the new one another training.output_dir=DIR,\n"
             f"  or restore the keys above to continue the old run.")

@@ -194,13 +194,21 @@ def prepare_dataset(spec, key: str, fixed_format: str | None, seed: int):
     mapping = _columns_for(spec, fmt)
     missing = [src for src in mapping.values() if src not in raw.column_names]
     if missing:
-        raise UserError(
-            f"{key} ({spec.name}): column {missing[0]!r} not found for format {fmt!r}; the file has columns "
-            f"{raw.column_names}. Map yours with {key}.{_key_for(spec, missing[0], fmt)}=<column>."
-        )
+        raise UserError(column_message(spec, key, fmt, missing, raw.column_names))
     if fmt == "messages" and spec.tools_column in raw.column_names:
         mapping["tools"] = spec.tools_column
     return _prepared(raw.select_columns(list(mapping.values())), spec, key, fmt, mapping, seed)
+
+
+def column_message(spec, key: str, fmt: str, missing: list[str], columns: list[str]) -> str:
+    """What to set when the data's columns do not fit its format: the key for each missing column,
+    or, when the format was guessed (format: auto) and nothing fitted, every format's keys."""
+    keys = " ".join(f"{key}.{_key_for(spec, column, fmt)}=<column>" for column in missing)
+    text = f"{key} ({spec.name}): column{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))} not found for format {fmt!r}; the file has columns {columns}."
+    if fmt == "text" and getattr(spec, "format", None) == "auto":
+        return (f"{text} No format fits them. For prompt/completion pairs set {key}.prompt_column=<column> "
+                f"{key}.completion_column=<column>; for chats {key}.messages_column=<column>; for raw text {key}.text_column=<column>.")
+    return f"{text} Map yours with {keys}."
 
 
 def _prepared(raw, spec, key: str, fmt: str, mapping: dict, seed: int, templated: bool = False):
@@ -229,9 +237,10 @@ def _prepared(raw, spec, key: str, fmt: str, mapping: dict, seed: int, templated
 
 
 def _key_for(spec, column: str, fmt: str) -> str:
-    for name in ("text_column", "prompt_column", "completion_column", "messages_column", "chosen_column", "rejected_column", "label_column"):
-        if getattr(spec, name) == column:
-            return name
+    """The recipe key that names `column` for this format (data.datasets[i].<key>=<column>)."""
+    for trl, source in _columns_for(spec, fmt).items():
+        if source == column:
+            return f"{trl}_column"
     return "format"
 
 

@@ -202,28 +202,42 @@ def render(runs: list[RunMetrics], bins: int) -> str:
     return "\n".join(lines)
 
 
-def plot(runs: list[RunMetrics], path: Path) -> None:
+def figure(runs: list[RunMetrics]):
+    """Every metric's curve per run, one panel per metric. Each run keeps one colour in every panel
+    (assigned from the run's position, not from the runs that happen to have the panel's metric), and
+    one figure legend names them all: a run missing from a panel cannot shift the others' colours."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.lines import Line2D
     except ImportError:
         raise UserError("--plot needs matplotlib: pip install matplotlib (or pip install 'posttrain[plot]')") from None
     keys = [(k, label) for k, label in metric_keys(runs) if any(k in r for run in runs for r in run.records)]
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colours = {run.name: cycle[i % len(cycle)] for i, run in enumerate(runs)}
     cols = 3
-    rows = math.ceil(len(keys) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False)
+    rows = max(1, math.ceil(len(keys) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows + 0.4), squeeze=False)
     for ax, (key, label) in zip(axes.flat, keys):
         for run in runs:
             points = [(r["step"], r[key]) for r in run.records if isinstance(r.get(key), (int, float))]
             if points:
-                ax.plot(*zip(*points), label=run.name)
+                ax.plot(*zip(*points), label=run.name, color=colours[run.name])
         ax.set_title(label)
         ax.set_xlabel("step")
     for ax in list(axes.flat)[len(keys):]:
         ax.axis("off")
-    axes.flat[0].legend()
-    fig.tight_layout()
+    handles = [Line2D([], [], color=colours[run.name], label=run.name) for run in runs]
+    fig.legend(handles=handles, loc="upper center", ncol=min(len(runs), 4), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / (3.2 * rows + 0.4)))
+    return fig
+
+
+def plot(runs: list[RunMetrics], path: Path) -> None:
+    fig = figure(runs)  # the install hint when matplotlib is missing
+    import matplotlib.pyplot as plt
+
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -80,13 +80,17 @@ def adapter_problems(model, folder: Path) -> list[Problem]:
         if not (folder / "config.json").is_file():
             return [Problem("model.base_model_name", f"{str(folder)!r} holds neither a model (config.json) nor an adapter "
                                                      "(adapter_config.json).")]
-        return []
+        return model_config_problems(folder / "config.json")
     try:
         config = json.loads(config_path.read_text())
     except ValueError as e:
         return [Problem("model.base_model_name", f"{config_path} is not valid JSON: {e}")]
     if not isinstance(config, dict) or not config.get("base_model_name_or_path"):
         return [Problem("model.base_model_name", f"{config_path} names no base_model_name_or_path; cannot tell which model the adapter belongs to.")]
+    base = config["base_model_name_or_path"]
+    if isinstance(base, str) and (looks_local(base) or local_looking_model(base)) and not Path(base).expanduser().is_dir():
+        return [Problem("model.base_model_name", f"the adapter's base model {base!r} ({config_path}: base_model_name_or_path) "
+                                                 "is not a folder on this machine; copy the base model there or edit the path.")]
     out = []
     for key, field in ADAPTER_FIELDS.items():
         if key not in model.model_fields_set:
@@ -98,6 +102,20 @@ def adapter_problems(model, folder: Path) -> list[Problem]:
                                                "continuing trains that adapter as it is. Remove the key, or start a new adapter from "
                                                "its base model."))
     return out
+
+
+def model_config_problems(path: Path) -> list[Problem]:
+    """A model folder's config.json, read as transformers reads it: a JSON object naming its model_type."""
+    import json
+
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return [Problem("model.base_model_name", f"{path} is not valid JSON ({e}); the folder's model cannot be loaded.")]
+    if not isinstance(config, dict) or not config.get("model_type"):
+        return [Problem("model.base_model_name", f"{path} names no model_type, so transformers cannot tell which model it "
+                                                 "is; give a folder saved with save_pretrained.")]
+    return []
 
 
 def vllm_problems() -> list[str]:
@@ -166,7 +184,21 @@ def model_name_problems(name: str) -> list[Problem]:
         return [Problem("model.base_model_name", problem)] if problem else []
     elif looks_local(name) and not Path(name).expanduser().is_dir():
         return [Problem("model.base_model_name", f"{name!r} looks like a local path but is not a directory; give a model or adapter directory, a .gguf file, or a hub id.")]
+    elif local_looking_model(name):
+        first = name.split("/")[0]
+        why = f"{first}/ is a folder here" if Path(first).expanduser().is_dir() else "a hub id is ORG/NAME, one slash"
+        return [Problem("model.base_model_name", f"{name!r} looks like a local path ({why}), but {name} does not exist "
+                                                 f"(relative paths are from {os.getcwd()}); give the model's folder, or a hub id ORG/NAME.")]
     return []
+
+
+def local_looking_model(name: str) -> bool:
+    """A name with no folder behind it that is still a path, not a hub id: `runs/nope` when runs/ is a
+    folder here, or a name with more than one slash (hub ids have exactly one). Such a name used to be
+    sent to the hub: a minute of retries, then "check your internet connection"."""
+    if "/" not in name or "://" in name or ":" in name.split("/")[0] or Path(name).expanduser().exists():
+        return False
+    return name.count("/") > 1 or Path(name.split("/")[0]).expanduser().is_dir()
 
 
 def data_file_problems(key: str, ds) -> list[Problem]:
@@ -174,7 +206,10 @@ def data_file_problems(key: str, ds) -> list[Problem]:
     from posttrain.data.splits import local_file_problems
 
     problems = []
-    if looks_local(ds.name) and not Path(ds.name).expanduser().is_file():
+    if looks_local(ds.name) and Path(ds.name).expanduser().is_dir():
+        problems.append(Problem(f"{key}.name", f"{ds.name!r} is a directory, not a data file; give a "
+                                               f"{'/'.join(DATA_SUFFIXES)} file (e.g. one inside it)."))
+    elif looks_local(ds.name) and not Path(ds.name).expanduser().is_file():
         problems.append(Problem(f"{key}.name", f"data file {ds.name!r} does not exist (relative paths are from {os.getcwd()})."))
     elif looks_local(ds.name) and not ds.name.endswith(DATA_SUFFIXES):
         problems.append(Problem(f"{key}.name", f"{ds.name!r}: local data must be one of {', '.join(DATA_SUFFIXES)}."))
@@ -219,6 +254,20 @@ def tool_problems(training) -> list[Problem]:
 
         problems, _ = probe(training.tools, training.environment, training.environment_kwargs)
         out += [Problem(key, message) for key, message in problems]
+    return out
+
+
+def reward_problems(training) -> list[Problem]:
+    """GRPO/GSPO rewards resolved as train resolves them: an import path that does not import, a
+    function that lacks, or options it does not take, stop `validate` and `train` here."""
+    from posttrain.rewards.builtin import get_reward
+
+    out = []
+    for i, spec in enumerate(getattr(training, "rewards", None) or []):
+        try:
+            get_reward(spec.name, **spec.options)
+        except ValueError as e:
+            out.append(Problem(f"training.rewards[{i}]", str(e)))
     return out
 
 
@@ -274,6 +323,7 @@ def preflight(recipe: Recipe) -> None:
         problems.append(Problem("training.output_dir", f"{str(out)!r} exists and is not a directory; choose another output_dir."))
 
     problems += tool_problems(training)
+    problems += reward_problems(training)
 
     provider = recipe.tracking.provider
     if provider != "none" and importlib.util.find_spec(TRACKING_PACKAGES[provider]) is None:

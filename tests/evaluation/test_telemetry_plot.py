@@ -1,0 +1,36 @@
+"""report --plot: one colour per run in every panel, and a legend that is right for all of them."""
+
+from pathlib import Path
+
+import pytest
+
+from posttrain.evaluation.telemetry import RunMetrics, figure
+
+pytest.importorskip("matplotlib")
+
+
+def run(name: str, keys: list[str]) -> RunMetrics:
+    return RunMetrics(name, Path(name), [{"step": s, **{k: float(s) for k in keys}} for s in (1, 2, 3)], beta=None)
+
+
+def test_each_run_keeps_its_colour_in_every_panel_and_in_the_legend():
+    # "sft" logs no reward: before, "grpo" took the first colour in the reward panel and sft's colour elsewhere.
+    runs = [run("sft", ["loss"]), run("grpo", ["loss", "reward"]), run("gspo", ["loss", "reward"])]
+    fig = figure(runs)
+    try:
+        seen: dict[str, set] = {}
+        for ax in fig.axes:
+            for line in ax.get_lines():
+                seen.setdefault(line.get_label(), set()).add(line.get_color())
+        assert {name: len(colours) for name, colours in seen.items()} == {"sft": 1, "grpo": 1, "gspo": 1}
+        assert len({next(iter(c)) for c in seen.values()}) == 3
+        [legend] = fig.legends
+        legend_colours = {text.get_text(): handle.get_color() for text, handle in zip(legend.get_texts(), legend.legend_handles)}
+        assert legend_colours == {name: next(iter(colours)) for name, colours in seen.items()}
+        panels = [ax for ax in fig.axes if ax.get_lines()]
+        reward = next(ax for ax in panels if "reward" in ax.get_title().lower())
+        assert [line.get_label() for line in reward.get_lines()] == ["grpo", "gspo"]
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
