@@ -63,16 +63,6 @@ def isolated_cache(tmp_path_factory):
         os.environ["POSTTRAIN_CACHE"] = old
 
 
-@pytest.fixture(autouse=True)
-def _own_import_path(monkeypatch):
-    """`train` and `validate` run in-process add the recipe's folder and the working directory to
-    sys.path (posttrain.user_code.add_search_paths): each test gets the path it started with back."""
-    import posttrain.user_code as user_code
-
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.setattr(user_code, "_SEARCHED", [])
-
-
 @pytest.fixture(scope="session")
 def tiny_dir(isolated_cache) -> Path:
     from posttrain.models.tiny import resolve_tiny
