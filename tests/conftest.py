@@ -81,9 +81,11 @@ def data_dir(tmp_path_factory) -> Path:
 
 
 def run_cli(*args: str, cwd: Path = REPO, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run `python -m posttrain ARGS` as a user would; returns the completed process (text output)."""
-    return subprocess.run([sys.executable, "-m", "posttrain", *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    """Run `python -m posttrain ARGS` as a user would; returns the completed process (text output).
+    A new process each time, forked from one that has done the imports (tests/cli_zygote.py)."""
+    from cli_zygote import run_posttrain
+
+    return run_posttrain([str(a) for a in args], cwd=cwd, env={**os.environ, **(env or {})}, timeout=timeout)
 
 
 @pytest.fixture(scope="session")
