@@ -82,6 +82,7 @@ RUNS = {
     "cpt": ("recipes/cpt/tiny-cpu.yaml", "examples/data/text.jsonl", ["data.eval_fraction=0.25"]),
     "sft_vlm": ("recipes/sft_vlm/tiny-cpu.yaml", "examples/data/shapes/train.jsonl", ["data.eval_fraction=0.25"]),
     "dpo": ("recipes/dpo/tiny-cpu.yaml", "examples/data/preferences.jsonl", []),  # holds out 20% itself
+    "reward": ("recipes/reward/tiny-cpu.yaml", "examples/data/preferences_refusal.jsonl", []),  # holds out 20% itself
     "grpo": ("recipes/grpo/tiny-cpu.yaml", "examples/data/problems.jsonl", ["data.eval_fraction=0.25", *RL]),
     "gspo": ("recipes/gspo/tiny-cpu.yaml", "examples/data/problems.jsonl", ["data.eval_fraction=0.25", *RL]),
 }

@@ -6,7 +6,7 @@ import pytest
 
 from posttrain.recipe.errors import RecipeError
 from posttrain.recipe.load import load_recipe
-from posttrain.recipe.preflight import has_cuda, preflight
+from posttrain.recipe.preflight import has_cuda, local_looking_model, preflight
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = sorted((REPO / "recipes").rglob("*.yaml"))
@@ -23,11 +23,16 @@ def test_recipe_is_valid(path, monkeypatch):
     recipe = load_recipe(path).recipe
     assert recipe.training.output_dir
     if has_cuda() or not needs_a_gpu(recipe):
-        name = recipe.model.base_model_name
-        if name.startswith("runs/") and not Path(name).is_dir():  # a later stage of a pipeline (make demo): the earlier one writes it
+        # a later stage of a pipeline (make demo; a reward model then GRPO): the earlier one writes the model it names
+        # (a one-slash runs/x is a hub id's shape until runs/ exists here: then it is checked on disk)
+        later = [("model.base_model_name", recipe.model.base_model_name)] + [
+            (f"training.rewards[{i}].model", r.model) for i, r in enumerate(getattr(recipe.training, "rewards", None) or []) if r.model]
+        later = [key for key, name in later if name.startswith("runs/") and not Path(name).is_dir()
+                 and (key == "model.base_model_name" or local_looking_model(name))]
+        if later:
             with pytest.raises(RecipeError) as e:
                 preflight(recipe)
-            assert [p.path for p in e.value.problems] == ["model.base_model_name"] and "does not exist" in str(e.value)
+            assert [p.path for p in e.value.problems] == later and "does not exist" in str(e.value)
         else:
             preflight(recipe)
 

@@ -31,6 +31,7 @@ class Run:
     segments: object = None  # posttrain.algorithms.callbacks.RunSegments: this run's segments, for run_summary.json
     stop: object = None  # posttrain.algorithms.interrupt.GracefulStop: Ctrl-C / SIGTERM save a checkpoint and stop
     argv: list = field(default_factory=list)  # the command's arguments after `posttrain` (secrets blanked): for the resume command
+    summary: dict = field(default_factory=dict)  # what the builder adds to run_summary.json (reward: held-out pair accuracy)
 
     def trainer_kwargs(self) -> dict:
         """What every TRL trainer takes; algorithm modules add their own (reward functions, ...)."""

@@ -23,17 +23,26 @@ from contextlib import contextmanager, nullcontext
 from posttrain.rewards.builtin import get_reward
 
 
-def reward_functions(training) -> list:
-    """The recipe's rewards as TRL reward functions (weights go to GRPOConfig.reward_weights)."""
+def reward_functions(training, dtype=None) -> tuple[list, list]:
+    """The recipe's rewards as TRL's `reward_funcs` and `reward_processing_classes` (weights go to
+    GRPOConfig.reward_weights): a function with None, or a reward model (`model:`) with its own tokenizer."""
     from posttrain.errors import UserError
 
-    functions = []
+    functions, tokenizers = [], []
     for i, spec in enumerate(training.rewards):
+        if spec.model is not None:
+            from .reward import load_reward_model
+
+            model, tokenizer = load_reward_model(spec.model, f"training.rewards[{i}].model", dtype)
+            functions.append(model)
+            tokenizers.append(tokenizer)
+            continue
         try:
             functions.append(get_reward(spec.name, **spec.options))
         except ValueError as e:
             raise UserError(f"training.rewards[{i}]: {e}") from None
-    return functions
+        tokenizers.append(None)
+    return functions, tokenizers
 
 
 def build_trainer(run):
@@ -53,7 +62,8 @@ def build_trainer(run):
     from .tool_use import attach_tool_counts, trainer_kwargs
 
     with reference_is_the_policy(grpo_trainer, run.loaded.model, run.loaded_recipe.recipe.model):
-        trainer = GRPOTrainer(reward_funcs=reward_functions(run.loaded_recipe.recipe.training), **run.trainer_kwargs(),
+        functions, tokenizers = reward_functions(run.loaded_recipe.recipe.training, run.loaded.model.dtype)
+        trainer = GRPOTrainer(reward_funcs=functions, reward_processing_classes=tokenizers, **run.trainer_kwargs(),
                               **trainer_kwargs(run.toolbox))
     if run.loaded.processor is not None:
         from posttrain.models.vision import render_parts

@@ -250,7 +250,7 @@ def _load_model(recipe, device, trl_config, seed: int) -> LoadedModel:
         # tiny: builds and s3:// downloads happen on local rank 0; the node's other ranks wait, then hit the cache
         if is_local_main_process():
             resolve_model_sources(recipe.model)
-    loaded = load_model(recipe.model, device, vision=recipe.uses_images)
+    loaded = load_model(recipe.model, device, vision=recipe.uses_images, reward_head=ALGORITHMS[recipe.training.algorithm].reward_head)
     for note in loaded.notes:
         log(note)
     return loaded
@@ -391,6 +391,7 @@ def _write_summary(run: Run, result) -> None:
         "token_audit": [a.to_dict() for a in run.token_audits],
         "model_notes": run.loaded.notes,
         **(run.monitor.summary() if run.monitor else {}),
+        **run.summary,
         "segments": segments,  # listed last: the whole run's figures come first
     }
     (run.output_dir / "run_summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -73,13 +73,17 @@ def torch_dtype(name: str, device: DeviceInfo):
     return getattr(torch, name)
 
 
-def load_model(model_cfg, device: DeviceInfo, *, trainable_adapter: bool = True, vision: bool = False) -> LoadedModel:
+def load_model(model_cfg, device: DeviceInfo, *, trainable_adapter: bool = True, vision: bool = False,
+               reward_head: bool = False) -> LoadedModel:
     """Load model + tokenizer for `model_cfg` (the recipe's model section).
 
     With `vision`, the model is a vision-language model (AutoModelForImageTextToText) and its
-    processor is loaded too; a text-only model is then an error naming it.
+    processor is loaded too; a text-only model is then an error naming it. With `reward_head`, it
+    is a reward model: AutoModelForSequenceClassification with one output, the causal LM's body with
+    a new score head (or a trained reward model's own).
     """
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+    from transformers import (AutoModelForCausalLM, AutoModelForImageTextToText, AutoModelForSequenceClassification, AutoProcessor,
+                              AutoTokenizer)
 
     if vision:
         from .vision import require_vision_language
@@ -90,6 +94,9 @@ def load_model(model_cfg, device: DeviceInfo, *, trainable_adapter: bool = True,
     adapter_dir = None
     base = adapter_base(source) if Path(source).is_dir() else None
     if base is not None:
+        if reward_head:
+            raise UserError(f"model.base_model_name: {model_cfg.base_model_name!r} is a LoRA adapter; a reward model starts from a "
+                            "whole model (its body gets a new score head). Give the adapter's base, or a model with the adapter merged.")
         adapter_dir, source = source, resolve_source(base)
     dtype = torch_dtype(model_cfg.torch_dtype, device)
     kwargs: dict = {"dtype": dtype, "trust_remote_code": model_cfg.trust_remote_code}
@@ -122,11 +129,15 @@ def load_model(model_cfg, device: DeviceInfo, *, trainable_adapter: bool = True,
             tokenizer = processor.tokenizer
         else:
             tokenizer = AutoTokenizer.from_pretrained(tok_source, **tok_kwargs)
-        model = (AutoModelForImageTextToText if vision else AutoModelForCausalLM).from_pretrained(source, **kwargs)
+        if reward_head:
+            model = AutoModelForSequenceClassification.from_pretrained(source, num_labels=1, **kwargs)
+        else:
+            model = (AutoModelForImageTextToText if vision else AutoModelForCausalLM).from_pretrained(source, **kwargs)
     except (OSError, ValueError, KeyError) as e:  # missing files, unreadable config.json, unknown model type
         raise UserError(f"model.base_model_name: cannot load {model_cfg.base_model_name!r}: {e}") from None
 
-    notes = [*source_notes(source), f"model: {source} ({dtype}, {device.kind})", ensure_pad_token(tokenizer), fit_embeddings(model, tokenizer)]
+    head = f", {type(model).__name__}: one score per sequence" if reward_head else ""
+    notes = [*source_notes(source), f"model: {source} ({dtype}, {device.kind}{head})", ensure_pad_token(tokenizer), fit_embeddings(model, tokenizer)]
     if getattr(model.config, "pad_token_id", None) is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     if adapter_dir is not None:

@@ -64,6 +64,7 @@ class Algorithm:
     token_loss: bool = False  # trains with transformers' token loss (average_tokens_across_devices acts)
     prompt_length: bool = False  # reads data.max_prompt_length / prompt_truncation (besides RL)
     padding_note: bool = False  # padded batches: the start-up note on padding share applies
+    reward_head: bool = False  # the model loads as a sequence classifier with one output (a reward model), not a causal LM
     defaults: dict = field(default_factory=dict)  # posttrain's stated defaults (each departs from TRL's; say why)
     dead: dict = field(default_factory=dict)  # TRL fields that do nothing here -> why (rejected when set)
 
@@ -122,6 +123,14 @@ _ROWS = [
     # (beta 0.1, weights 1.0, lr 1e-6, sequential batches: the KL estimate needs them).
     Algorithm("kto", "kto", "KTOConfig", "kto", "unpaired", section="posttrain.recipe.kto_section:KTOTrainingBase",
               dead={**EVERY_ALGORITHM_DEAD, "average_tokens_across_devices": _OWN_LOSS % "KTOTrainer"}),
+    # Reward model (Bradley-Terry on DPO's prompt/chosen/rejected pairs): the policy's architecture with a
+    # one-output score head. TRL's defaults kept (lr 1e-4, max_length 1024, no centering); posttrain counts
+    # the pairs TRL drops for length and measures held-out pair accuracy (algorithms/reward.py).
+    Algorithm("reward", "reward", "RewardConfig", "reward", "preference", section="posttrain.recipe.reward_section:RewardTrainingBase",
+              reward_head=True,
+              dead={**EVERY_ALGORITHM_DEAD, "average_tokens_across_devices": _OWN_LOSS % "RewardTrainer",
+                    "length_column_name": "read only by transformers' length-grouped samplers, which TRL 1.16's reward pairs cannot "
+                    "use (reward_section refuses them)."}),
 ]
 
 ALGORITHMS: dict[str, Algorithm] = {row.name: row for row in _ROWS}

@@ -8,6 +8,7 @@ exist, a GPU for bitsandbytes quantisation, the tracking provider's package. It 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -239,6 +240,62 @@ def preflight_raw(raw: dict) -> list[Problem]:
     return problems
 
 
+def reward_model_problem(config: dict, adapter_config: dict | None = None) -> str | None:
+    """Why a saved model is not a reward model (a one-output sequence classifier), or None.
+
+    >>> reward_model_problem({"architectures": ["Qwen2ForCausalLM"]})
+    'a causal language model (Qwen2ForCausalLM), not a reward model'
+    >>> reward_model_problem({"architectures": ["Qwen2ForSequenceClassification"], "id2label": {"0": "LABEL_0"}}) is None
+    True
+    """
+    if adapter_config is not None:
+        task = adapter_config.get("task_type")
+        return None if task == "SEQ_CLS" else f"a LoRA adapter for task {task!r}, not a reward model's (SEQ_CLS)"
+    architectures = config.get("architectures") or []
+    if not any(a.endswith("ForSequenceClassification") for a in architectures):
+        kind = "a causal language model" if any(a.endswith("ForCausalLM") for a in architectures) else "a model"
+        return f"{kind} ({', '.join(architectures) or 'no architectures in config.json'}), not a reward model"
+    labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)
+    return None if labels == 1 else f"a classifier with {labels} outputs, not a reward model (one score per sequence)"
+
+
+def reward_folder_problem(folder: Path) -> str | None:
+    """`reward_model_problem` of a local model or adapter folder (reads its JSON only; no torch)."""
+    adapter = folder / "adapter_config.json"
+    config = folder / "config.json"
+    try:
+        if adapter.is_file():
+            return reward_model_problem({}, json.loads(adapter.read_text()))
+        if config.is_file():
+            return reward_model_problem(json.loads(config.read_text()))
+    except ValueError as e:
+        return f"unreadable JSON in {folder}: {e}"
+    return "a folder that holds neither a model (config.json) nor an adapter (adapter_config.json)"
+
+
+def reward_model_problems(training) -> list[Problem]:
+    """GRPO/RLOO rewards given as `model:`: a local folder must hold a reward model, and a `tiny:` spec never
+    does (it builds a causal LM); hub ids are checked when the run loads them."""
+    out = []
+    for i, spec in enumerate(getattr(training, "rewards", None) or []):
+        name = getattr(spec, "model", None)
+        if name is None:
+            continue
+        key = f"training.rewards[{i}].model"
+        if name.startswith("tiny:") or name == "tiny":
+            problem = "a tiny causal language model, not a reward model"
+        elif Path(name).expanduser().is_dir():
+            problem = reward_folder_problem(Path(name).expanduser())
+        elif looks_local(name) or local_looking_model(name):
+            problem = f"a path that does not exist (relative paths are from {os.getcwd()})"
+        else:
+            continue
+        if problem:
+            out.append(Problem(key, f"{name!r} is {problem}. Train a reward model with training.algorithm=reward "
+                                    "(recipes/reward/tiny-cpu.yaml) and give its output_dir; a function reward goes under `name:`."))
+    return out
+
+
 def tool_problems(training) -> list[Problem]:
     """GRPO/GSPO tools and environment: imported and checked in a worker process (posttrain.tools.probe),
     so a module that does not import, a tool TRL cannot describe to the model or an environment without
@@ -264,6 +321,8 @@ def reward_problems(training) -> list[Problem]:
 
     out = []
     for i, spec in enumerate(getattr(training, "rewards", None) or []):
+        if spec.name is None:  # a reward model (`model:`): reward_model_problems
+            continue
         try:
             get_reward(spec.name, **spec.options)
         except ValueError as e:
@@ -324,6 +383,7 @@ def preflight(recipe: Recipe) -> None:
 
     problems += tool_problems(training)
     problems += reward_problems(training)
+    problems += reward_model_problems(training)
 
     provider = recipe.tracking.provider
     if provider != "none" and importlib.util.find_spec(TRACKING_PACKAGES[provider]) is None:

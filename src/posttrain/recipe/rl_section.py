@@ -26,10 +26,18 @@ TOOL_KEYS = ("tools", "environment", "environment_kwargs", "tool_timeout", "tool
 
 
 class RewardSpec(BaseModel):
-    """One reward: a built-in name, `http`, or `package.module:function`, its weight, and its options."""
+    """One reward: a function (a built-in name, `http`, or `package.module:function`) with its options, or a
+    trained reward model (`model:`), and its weight."""
 
-    model_config = ConfigDict(extra="allow")  # the options: checked against the function's parameters
-    name: str = Field(min_length=1, description="Built-in (answer_match, format, numeric_answer, loose_match, http) or 'package.module:function'.")
+    model_config = ConfigDict(extra="allow")  # a function's options: checked against its parameters
+    name: str | None = Field(None, min_length=1, description="Built-in (answer_match, format, numeric_answer, loose_match, http) or 'package.module:function'.")
+    model: str | None = Field(
+        None, min_length=1,
+        description="A trained reward model instead of a function: a posttrain `algorithm: reward` output_dir (full or "
+        "LoRA), a hub id, s3:// or any model spec of a one-output sequence classifier. It scores prompt + completion "
+        "re-tokenized with its own tokenizer (so it need not share the policy's), the whole generation batch in one "
+        "forward pass on the policy's device, and is logged as rewards/<last part of the spec>/mean.",
+    )
     weight: float = Field(1.0, description="Weight of this reward in the sum TRL normalises per group.")
 
     @property
@@ -38,6 +46,13 @@ class RewardSpec(BaseModel):
 
     @model_validator(mode="after")
     def _known_reward(self):
+        if (self.name is None) == (self.model is None):
+            raise ValueError("give a reward either `name:` (a function) or `model:` (a trained reward model), one of the two: "
+                             "{name: answer_match, weight: 1.0} or {model: runs/rm, weight: 1.0}")
+        if self.model is not None:
+            if self.options:
+                raise ValueError(f"a reward model takes no options (got {sorted(self.options)}); only model and weight")
+            return self  # a folder is checked by preflight, a hub id when the run loads it
         if ":" not in self.name:  # built-ins are checked now; import paths when the run starts
             from posttrain.rewards.builtin import get_reward
 
