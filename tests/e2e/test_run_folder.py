@@ -61,6 +61,21 @@ def test_finished_stays_finished_starting_over_starts_over_and_ctrl_c_keeps_the_
     first = run(argv(out, data, "training.max_steps=2"), repo)
     assert first.returncode == 0, first.stderr[-2000:]
     assert json.loads((out / "run_summary.json").read_text())["state"] == "finished"
+    # The run card: posttrain's, not TRL's stock one, and a model card the hub can read.
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(out / "README.md")
+    assert card.data.library_name == "transformers" and "sft" in card.data.tags and card.data.base_model is None  # a local base: no hub id
+    for text in ("tiny:qwen2-1m", "| algorithm | sft |", "| steps | 2 ", "kept 64 of 64 rows", "## Final metrics", "| loss |",
+                 "No health flag was raised.", "## Reproduce", f"training.output_dir={out}"):
+        assert text in card.text, text
+    assert "fine-tuned version of [None]" not in card.text
+    # File modes: the weights are readable like every other file (safetensors wrote them 0600).
+    modes = {str(p.relative_to(out)): p.stat().st_mode & 0o777 for p in out.rglob("*") if p.is_file() and p.name != ".posttrain.lock"}
+    umask = os.umask(0)
+    os.umask(umask)
+    expected = 0o666 & ~umask  # 0o644 under the usual umask 022
+    assert set(modes.values()) == {expected}, {k: oct(v) for k, v in modes.items() if v != expected}
 
     # Finished: the same command does nothing, fast, and touches no file (not even the lock).
     before = snapshot(out)
@@ -91,6 +106,7 @@ def test_finished_stays_finished_starting_over_starts_over_and_ctrl_c_keeps_the_
     assert (out / "adapter_model.safetensors").is_file() and not (out / "model.safetensors").exists()
     assert [r["step"] for r in records(out) if "loss" in r] == [1, 2]  # this run's records only
     assert len(list((out / "recipe_history").glob("*.yaml"))) == 1
+    assert ModelCard.load(out / "README.md").data.library_name == "peft"
     # The plain re-run now finds the new run complete, not the old one.
     assert "already complete at step 2" in run(lora, repo).stdout
 

@@ -87,6 +87,9 @@ class RunSegments(TrainerCallback):
             progress["totals"] = dict(self.monitor.totals)
             progress["tool_totals"] = dict(self.monitor.tool_totals)
         (folder / SEGMENTS_IN_CHECKPOINT).write_text(json.dumps(progress, indent=1) + "\n")
+        from .run_card import readable_like_the_rest
+
+        readable_like_the_rest(folder)  # safetensors writes weights 0600
 
 
 class ScheduleOnResume(TrainerCallback):

@@ -27,6 +27,7 @@ from .monitor import RunMonitor, StepTimers
 from .output_lock import LOCK_NAME, OutputDirLock
 from .recipe_history import write_history
 from .resume import checkpoint_step, resume_point, same_checkpoint_everywhere
+from .run_card import readable_like_the_rest, write_run_card
 from .run_folder import check_recipe, command_with, finished_verdict, holds_a_run, load_progress, move_aside, read_records, whole_run
 from .run_data import audit_prompts, fit_prompts, prepare_data
 from .trl_config import build_trl_config, runtime_defaults
@@ -100,6 +101,7 @@ def run_training(loaded_recipe: LoadedRecipe, argv: list[str] | None = None) -> 
         trainer.save_model(str(run.output_dir))
         if is_main_process():
             _write_summary(run, result)
+            readable_like_the_rest(run.output_dir)
             _report_checkpoint(run.output_dir, loaded_recipe.recipe)
             uploaded = run.storage.finish(run.output_dir)
             if uploaded:
@@ -395,6 +397,7 @@ def _write_summary(run: Run, result) -> None:
         "segments": segments,  # listed last: the whole run's figures come first
     }
     (run.output_dir / "run_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_run_card(run.output_dir, summary, run.loaded_recipe.recipe, read_records(run.output_dir / "metrics.jsonl"), provenance())
 
 
 def _report_checkpoint(output_dir: Path, recipe) -> None:
