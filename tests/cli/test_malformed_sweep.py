@@ -128,6 +128,8 @@ CASES: dict[str, Case] = {
     "override 1:30 is text": Case(V + ["training.max_steps=1:30"], ["training.max_steps", "'1:30'"]),
     "override without value sign": Case(T + ["training.max_steps"], ["expected key.path=value"]),
     "override typo did you mean": Case(V + ["training.lerning_rate=1"], ["training.lerning_rate", "learning_rate"]),
+    "override typo of a section": Case(V + ["modle.use_lora=true"], ["modle (from override)", "Did you mean 'model'?"]),
+    "warmup_ratio removed upstream": Case(V + ["training.warmup_ratio=0.1"], ["training.warmup_ratio", "training.warmup_steps=0.1"]),
     # ---------------------------------------------------------------- data files
     "data file missing": Case(T + ["data.datasets[0].name=gone.jsonl"], ["gone.jsonl", "does not exist"]),
     "data file empty": Case(T + ["data.datasets[0].name=empty.jsonl"], ["empty.jsonl", "is empty"], {"empty.jsonl": ""}),
@@ -182,6 +184,7 @@ CASES: dict[str, Case] = {
     "generate bad json line": Case(["generate", "--model", "tiny:qwen2-1m", "--prompts", "p.jsonl"], ["p.jsonl:1"], {"p.jsonl": "{nope\n"}),
     "generate without prompts": Case(["generate", "--model", "tiny:qwen2-1m"], ["--prompts"]),
     "generate bad model dir": Case(["generate", "--model", "./m", "--prompts", "p.txt"], ["m"], {"p.txt": "hi\n", "m/config.json": "{}"}),
+    "eval on an empty folder": Case(["eval", "--model", "empty", "--task", "arithmetic", "--n", "2"], ["--model empty", "neither a model"], {"empty/.keep": ""}),
     "eval unknown task": Case(["eval", "--model", "tiny:qwen2-1m", "--task", "nosuch"], ["nosuch"]),
     "eval custom without data": Case(["eval", "--model", "tiny:qwen2-1m", "--task", "custom"], ["--data"]),
     "eval missing data file": Case(["eval", "--model", "tiny:qwen2-1m", "--task", "gsm8k", "--data", "gone.jsonl"], ["gone.jsonl"]),

@@ -92,8 +92,8 @@ def test_missing_prompts_file_exits_2_naming_it(tmp_path):
     ('{"prompt": "hi"}\n', ["--prompt-column", "text"], r"row 0 has no column 'text'"),
     ('{"prompt": 42}\n', [], r"prompt 0 is neither a non-empty string"),
     ('{"prompt": "hi"}\n', ["--concurrency", "4"], r"--concurrency applies to api models only"),
-    ('{"prompt": "hi"}\n', ["--temperature", "-1"], r"temperature must be >= 0"),
-    ('{"prompt": "hi"}\n', ["--n", "0"], r"--n must be at least 1"),
+    ('{"prompt": "hi"}\n', ["--temperature", "-1"], r"argument --temperature: -1 is out of range: give a number >= 0"),
+    ('{"prompt": "hi"}\n', ["--n", "0"], r"argument --n: 0 is out of range: give a whole number >= 1"),
     ('{"prompt": "hi"}\n', ["--media-timeout", "5"], r"--media-timeout apply to images and videos: give --image-column"),
     ('{"prompt": "hi"}\n', ["--image-column", "x", "--video-fps", "2"], r"--video-fps/--video-max-frames sample videos"),
     ('{"prompt": "hi"}\n', ["--image-column", "photo"], r"row 0 has no column 'photo' \(--image-column\)"),
@@ -102,7 +102,11 @@ def test_missing_prompts_file_exits_2_naming_it(tmp_path):
 def test_bad_input_is_a_user_error(tmp_path, capsys, content, args, message):
     path = tmp_path / "prompts.jsonl"
     path.write_text(content)
-    assert main(["generate", "--model", TINY, "--prompts", str(path), "--out", str(tmp_path / "o.jsonl"), *args]) == 2
+    try:
+        code = main(["generate", "--model", TINY, "--prompts", str(path), "--out", str(tmp_path / "o.jsonl"), *args])
+    except SystemExit as e:  # argparse: a flag's value out of range
+        code = e.code
+    assert code == 2
     assert not (tmp_path / "o.jsonl").exists()  # checked before any model loads or file is written
     assert re.search(message, capsys.readouterr().err)
 

@@ -155,11 +155,15 @@ def _check_spec(spec: str, where: str) -> None:
             parse_tiny_spec(spec)
     except (UserError, ValueError) as e:
         raise UserError(f"{where}: {e}") from None
-    from posttrain.models.gguf import spec_problem
+    from posttrain.models.gguf import gguf_file, spec_problem
 
     problem = spec_problem(spec)
     if problem:
         raise UserError(f"{where}: {problem}")
+    folder = Path(spec).expanduser()
+    if folder.is_dir() and not _is_model_dir(folder) and not checkpoint_dirs(folder) and gguf_file(spec) is None:
+        raise UserError(f"{where} {spec}: the folder holds neither a model (config.json) nor an adapter (adapter_config.json) "
+                        "nor checkpoint-N folders; give a model folder, a training run's output_dir, a hub id or tiny:ARCH-SIZE")
 
 
 def _is_model_dir(path: Path) -> bool:

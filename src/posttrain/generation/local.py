@@ -245,15 +245,20 @@ def load_for_generation(model_spec: str, device: str | None, dtype: str):
         kind = device.split(":")[0]
         info = DeviceInfo(kind, kind == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     source = resolve_source(model_spec)
+    folder = Path(source)
+    if folder.is_dir() and not any((folder / name).is_file() for name in ("config.json", "adapter_config.json")):
+        raise UserError(f"model {model_spec!r}: the folder holds neither a model (config.json) nor an adapter "
+                        "(adapter_config.json); give a model folder, a training run's output_dir (once it has finished) "
+                        "or one of its checkpoint-N folders.")
     adapter_dir = None
-    base = adapter_base(source) if Path(source).is_dir() else None
+    base = adapter_base(source) if folder.is_dir() else None
     if base is not None:
         adapter_dir, source = source, resolve_source(base)
     tokenizer_dir = adapter_dir if adapter_dir and (Path(adapter_dir) / "tokenizer_config.json").is_file() else source
     from posttrain.models.vision import is_vision_language
 
     try:
-        if is_vision_language(source, _ModelOptions()):
+        if is_vision_language(source, _ModelOptions(), key=None):
             processor = AutoProcessor.from_pretrained(tokenizer_dir)
             tokenizer = processor.tokenizer
             model = AutoModelForImageTextToText.from_pretrained(source, dtype=torch_dtype(dtype, info))

@@ -103,15 +103,17 @@ def media_token_ids(processor) -> list[int]:
     return sorted(ids)
 
 
-def is_vision_language(source: str, model_cfg) -> bool:
-    """Whether the model at `source` (a local dir or hub id) is a VLM, from its config alone."""
+def is_vision_language(source: str, model_cfg, key: str | None = "model.base_model_name") -> bool:
+    """Whether the model at `source` (a local dir or hub id) is a VLM, from its config alone; `key` is
+    what the error names (a recipe key, or None for a model given on the command line)."""
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=model_cfg.trust_remote_code, revision=model_cfg.revision)
     except (OSError, ValueError) as e:
-        raise UserError(f"model.base_model_name: cannot load {model_cfg.base_model_name!r}: {e}") from None
+        name = model_cfg.base_model_name or source
+        raise UserError(f"{key + ': ' if key else ''}cannot load {name!r}: {e}") from None
     return config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES or hasattr(config, "vision_config")
 
 

@@ -22,6 +22,8 @@ MIGRATIONS: dict[str, str] = {
     "training.overwrite_output_dir": "transformers removed it; posttrain resumes from or writes into output_dir "
     "(see training.resume_from_checkpoint).",
     "training.use_liger": "renamed upstream: use training.use_liger_kernel.",
+    "training.warmup_ratio": "transformers 5 removed it: training.warmup_steps takes the fraction now (below 1 it is a "
+    "share of the run's steps: training.warmup_steps=0.1 is the old warmup_ratio=0.1).",
     "model.model_name": "use model.base_model_name.",
     "model.model_name_or_path": "use model.base_model_name.",
     "model.lora_target": "use model.lora_target_modules.",
@@ -98,7 +100,7 @@ def _wandb_hint(section) -> str:
 # Key paths only FAI-RL recipes hold (an unknown-key error on one of these is a "sign").
 FAIRL_KEYS = {k for k in MIGRATIONS if k.split(".")[0] in ("model", "data", "training", "s3")} - {
     "training.max_prompt_length", "training.max_seq_length", "training.evaluation_strategy", "training.overwrite_output_dir",
-    "training.use_liger", "model.model_name", "model.model_name_or_path", "model.lora_target",
+    "training.use_liger", "training.warmup_ratio", "model.model_name", "model.model_name_or_path", "model.lora_target",
     "data.datasets.*.response_column", "data.datasets.*.dataset_name",
 } | {"wandb", "reward_api", "local_reward_function", "inference", "evaluation", "training.gradient_checkpointing"}
 # One of these alone identifies a FAI-RL recipe; otherwise it takes three signs.

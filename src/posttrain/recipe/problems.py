@@ -42,6 +42,10 @@ class LoadedRecipe:
                 return "posttrain default"
         return self.source.name if self.source else "recipe"
 
+    def sets_below(self, path: str) -> bool:
+        """Whether a key=value override set `path` or a key under it."""
+        return any(p == path or p.startswith((path + ".", path + "[")) for p in self.overridden)
+
 
 def read_yaml(path: str | Path) -> dict:
     path = Path(path)
@@ -131,6 +135,8 @@ def _problems(exc: ValidationError, raw: dict, loaded: LoadedRecipe, root: type[
         errs = [e for e in errs if not isinstance(e.get("ctx", {}).get("error"), Problems)]
         if errs:
             source = loaded.layer(path) if path else None
+            if path and all(e["type"] == "extra_forbidden" for e in errs) and loaded.sets_below(path):
+                source = "override"  # `modle.use_lora=true` made the unknown key 'modle': the override is at fault, not the file
             problems.append(Problem(path, _message(errs, parts, raw, root), source))
     return problems
 
