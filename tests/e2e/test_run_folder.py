@@ -34,9 +34,6 @@ def argv(out: Path, data: Path, *extra: str) -> list[str]:
             "training.logging_steps=1", "training.save_steps=100", "training.per_device_train_batch_size=4", *extra]
 
 
-def run(args: list[str], repo: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "posttrain", *args], cwd=repo, capture_output=True, text=True, timeout=300,
-                          env=os.environ.copy())
 
 
 def suggested(text: str, marker: str) -> list[str]:
@@ -56,9 +53,9 @@ def records(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_finished_stays_finished_starting_over_starts_over_and_ctrl_c_keeps_the_work(repo, tmp_path, data_dir):
+def test_finished_stays_finished_starting_over_starts_over_and_ctrl_c_keeps_the_work(cli, repo, tmp_path, data_dir):
     out, data = tmp_path / "run", data_dir / "sft.jsonl"
-    first = run(argv(out, data, "training.max_steps=2"), repo)
+    first = cli(*argv(out, data, "training.max_steps=2"))
     assert first.returncode == 0, first.stderr[-2000:]
     assert json.loads((out / "run_summary.json").read_text())["state"] == "finished"
     # The run card: posttrain's, not TRL's stock one, and a model card the hub can read.
@@ -79,25 +76,25 @@ def test_finished_stays_finished_starting_over_starts_over_and_ctrl_c_keeps_the_
 
     # Finished: the same command does nothing, fast, and touches no file (not even the lock).
     before = snapshot(out)
-    again = run(argv(out, data, "training.max_steps=2"), repo)
+    again = cli(*argv(out, data, "training.max_steps=2"))
     assert again.returncode == 0, again.stderr[-2000:]
     assert "already complete at step 2" in again.stdout
     assert snapshot(out) == before
-    checked = run(["validate", *argv(out, data, "training.max_steps=2")[1:]], repo)  # validate says what train would do
+    checked = cli("validate", *argv(out, data, "training.max_steps=2")[1:])  # validate says what train would do
     assert checked.returncode == 0 and "# output_dir: " in checked.stdout and "already complete at step 2" in checked.stdout
 
     # Full -> LoRA: force is not offered, and refused when asked for, before anything loads.
     lora = argv(out, data, "training.max_steps=2", "model.use_lora=true")
-    refused = run(lora, repo)
+    refused = cli(*lora)
     assert refused.returncode == 2 and "model.use_lora: False -> True" in refused.stderr
     assert "resume_from_checkpoint=force\n" not in refused.stderr and "Traceback" not in refused.stderr
-    forced = run([*lora, "training.resume_from_checkpoint=force"], repo)
+    forced = cli(*lora, "training.resume_from_checkpoint=force")
     assert forced.returncode == 2 and "cannot be continued" in forced.stderr and "Traceback" not in forced.stderr
-    assert run(["validate", *lora[1:]], repo).returncode == 2  # and validate refuses it as train does
+    assert cli("validate", *lora[1:]).returncode == 2  # and validate refuses it as train does
     assert snapshot(out) == before
 
     # The suggested fix, run as printed: start over; the old run moves aside whole.
-    over = run(suggested(forced.stderr, "start over"), repo)
+    over = cli(*suggested(forced.stderr, "start over"))
     assert over.returncode == 0, over.stderr[-2000:]
     [previous] = out.glob("previous-*")
     assert "moved to" in over.stdout and str(previous) in over.stdout
@@ -108,7 +105,7 @@ def test_finished_stays_finished_starting_over_starts_over_and_ctrl_c_keeps_the_
     assert len(list((out / "recipe_history").glob("*.yaml"))) == 1
     assert ModelCard.load(out / "README.md").data.library_name == "peft"
     # The plain re-run now finds the new run complete, not the old one.
-    assert "already complete at step 2" in run(lora, repo).stdout
+    assert "already complete at step 2" in cli(*lora).stdout
 
     # A longer schedule continues; Ctrl-C saves a checkpoint where it is and says how to resume.
     longer = argv(out, data, "training.max_steps=10", "model.use_lora=true")
@@ -125,7 +122,7 @@ def test_finished_stays_finished_starting_over_starts_over_and_ctrl_c_keeps_the_
     assert 3 <= stopped < 10 and f"interrupted (SIGINT) at step {stopped}" in stdout
     assert json.loads((out / "run_summary.json").read_text())["global_step"] == 2  # the summary is the finished run's until the end
 
-    resumed = run(suggested(stdout, "Resume with:"), repo)
+    resumed = cli(*suggested(stdout, "Resume with:"))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"resuming from {out / f'checkpoint-{stopped}'}" in resumed.stdout
     logged = {r["step"]: r for r in records(out) if "loss" in r}
