@@ -246,6 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name in COMMAND_MODULES:
         importlib.import_module(f"posttrain.commands.{name}").add_parser(sub)
+    for command in sub.choices.values():
+        if not any("--verbose" in a.option_strings for a in command._actions):
+            command.add_argument("--verbose", action="store_true", help="also show the libraries' routine output (DeepSpeed's "
+                                 "accelerator notice, transformers' weight loading/writing bars, their deprecation warnings)")
     return parser
 
 
@@ -269,7 +273,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from posttrain.log import configure_logging
+    from posttrain.log import configure_logging, quiet_libraries
     from posttrain.recipe.errors import RecipeError
 
     parser = build_parser()
@@ -279,8 +283,11 @@ def main(argv: list[str] | None = None) -> int:
         from posttrain.commands.task_recipe import explicit_destinations
 
         args._explicit = explicit_destinations(parser, list(sys.argv[1:] if argv is None else argv))
+    if getattr(args, "verbose", False):
+        os.environ["POSTTRAIN_VERBOSE"] = "1"  # torchrun's ranks inherit it
     try:
         configure_logging()  # storage / net / data records reach the user (posttrain.log)
+        quiet_libraries()
         return args.func(args)
     except (RecipeError, UserError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 
-__all__ = ["configure_logging"]
+__all__ = ["configure_logging", "quiet_libraries", "verbose"]
 
 LOGGER = "posttrain"
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -60,3 +60,44 @@ def configure_logging(level: str | None = None) -> None:
         handler = _StderrHandler()
         handler.setFormatter(_ConciseFormatter())
         logger.addHandler(handler)
+
+
+# ------------------------------------------------------------------------------ other libraries' noise
+# What every run printed and no run needed: DeepSpeed's "Setting accelerator to CPU" (it is imported
+# by accelerate whenever installed), transformers' "Loading weights" / "Writing model shards" bars,
+# and the libraries' FutureWarning/DeprecationWarning/UserWarning lines about their own internals.
+# Off unless POSTTRAIN_VERBOSE=1 (`--verbose` on any command sets it, and ranks inherit it).
+# Errors, the training progress bar, hub download bars and posttrain's own messages are untouched.
+LIBRARIES = r"(transformers|trl|peft|accelerate|deepspeed|torch|datasets|huggingface_hub)(\..*)?$"
+
+
+def verbose() -> bool:
+    return os.environ.get("POSTTRAIN_VERBOSE") == "1"
+
+
+class _ErrorsOnly(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
+
+
+def quiet_libraries() -> None:
+    """Silence the libraries' routine output unless verbose. Idempotent; imports nothing: what is
+    not imported yet is configured when this runs again after it is (run.py, the local engine)."""
+    if verbose():
+        return
+    import warnings
+
+    for category in (FutureWarning, DeprecationWarning, UserWarning):
+        warnings.filterwarnings("ignore", category=category, module=LIBRARIES)
+    deepspeed = logging.getLogger("DeepSpeed")  # the logger DeepSpeed creates (setLevel there keeps this filter)
+    if not any(isinstance(f, _ErrorsOnly) for f in deepspeed.filters):
+        deepspeed.addFilter(_ErrorsOnly())
+    if "transformers" in sys.modules:
+        from huggingface_hub.utils import are_progress_bars_disabled, enable_progress_bars
+        from transformers.utils import logging as hf_logging
+
+        hub_bars = not are_progress_bars_disabled()
+        # (not set_verbosity_error: TrainingArguments turns the training progress bar off when transformers' level is above WARNING)
+        hf_logging.disable_progress_bar()  # transformers' own bars (loading and writing weights) ...
+        if hub_bars:
+            enable_progress_bars()  # ... but a model download keeps its bar

@@ -58,6 +58,9 @@ def test_finished_stays_finished_starting_over_starts_over_and_ctrl_c_keeps_the_
     first = cli(*argv(out, data, "training.max_steps=2"))
     assert first.returncode == 0, first.stderr[-2000:]
     assert json.loads((out / "run_summary.json").read_text())["state"] == "finished"
+    for noise in ("Setting accelerator to CPU", "Writing model shards", "Loading weights", "FutureWarning", "gloo processes"):
+        assert noise not in first.stdout + first.stderr, noise  # the libraries' routine output is off without --verbose
+    assert "training.use_cpu = True  (posttrain at start-up: cpu: one process)" in first.stdout
     # The run card: posttrain's, not TRL's stock one, and a model card the hub can read.
     from huggingface_hub import ModelCard
 

@@ -34,3 +34,14 @@ def test_each_run_keeps_its_colour_in_every_panel_and_in_the_legend():
         import matplotlib.pyplot as plt
 
         plt.close(fig)
+
+
+def test_mfu_is_a_percentage_in_every_table():
+    """metrics.jsonl and run_summary.json keep MFU as a fraction; the report showed it raw in the
+    per-step table and as a percentage in the speed table."""
+    from posttrain.evaluation.telemetry import render
+
+    one = RunMetrics("a", Path("a"), [{"step": 1, "loss": 1.0, "speed/mfu": 0.1016}, {"step": 2, "loss": 0.9, "speed/mfu": 0.1016}],
+                     beta=None, summary={"speed": {"mfu": 0.1016, "tokens_per_s": 100.0, "peak": "test"}, "health": []})
+    text = render([one], 1)
+    assert "## MFU (% of peak)" in text and text.count("10.2%") == 2 and "0.1016" not in text

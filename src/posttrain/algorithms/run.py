@@ -150,6 +150,9 @@ def build_run(loaded_recipe: LoadedRecipe, argv: list[str] | None = None):
 
 
 def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
+    from posttrain.log import quiet_libraries
+
+    quiet_libraries()  # transformers is imported now: its bars and warnings too
     recipe = loaded_recipe.recipe
     training = recipe.training
     seed = training.seed if training.seed is not None else 42

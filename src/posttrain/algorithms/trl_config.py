@@ -3,6 +3,7 @@ that depend on the machine or the data (see `posttrain.recipe.defaults`)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from posttrain.recipe.schema import Recipe
@@ -31,7 +32,8 @@ def runtime_defaults(recipe: Recipe, device, data_format: str | None) -> dict[st
     if device.kind == "cpu" and "use_cpu" not in set_keys:
         # Without it, accelerate does not recognise several CPU processes as one job: torchrun's gloo
         # group exists but the model is never wrapped in DDP, so ranks train alone (README: "2x loss").
-        out["use_cpu"] = (True, "cpu: gloo processes form one data-parallel job")
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        out["use_cpu"] = (True, f"cpu: the {world} gloo processes form one data-parallel job" if world > 1 else "cpu: one process")
     if device.kind == "cpu" and "dataloader_pin_memory" not in set_keys:
         out["dataloader_pin_memory"] = (False, "cpu: nothing to pin to")
     out.update(batching_defaults(recipe, device))

@@ -34,7 +34,7 @@ CORE_METRICS = [
     ("speed/generation_tokens_per_s", "generation tokens/s"),
     ("time/scoring_s", "scoring s/step"),
     ("time/training_s", "training s/step"),
-    ("speed/mfu", "MFU"),
+    ("speed/mfu", "MFU (% of peak)"),
 ]
 
 
@@ -122,7 +122,7 @@ def render_health_and_speed(runs: list[RunMetrics]) -> str:
         speed = (run.summary or {}).get("speed") or {}
         cells = [_cell(speed.get(k)) for k in ("tokens_per_s", "samples_per_s", "step_s", "generation_s", "scoring_s", "training_s")]
         mfu = speed.get("mfu")
-        cells.append("-" if mfu is None else f"{100 * mfu:.3g}%")
+        cells.append(_cell(mfu, percent=True))
         cells.append(speed.get("peak", "-"))
         lines.append(f"| {run.name} | " + " | ".join(cells) + " |")
     lines += ["", "tokens/s: non-padding tokens trained per second of step time; generation/scoring/training: seconds per "
@@ -172,9 +172,15 @@ def binned(run: RunMetrics, key: str, ranges) -> list[float | None]:
     return out
 
 
-def _cell(value: float | None) -> str:
+# Logged as a fraction of the peak (metrics.jsonl, run_summary.json); every table and plot shows a percentage.
+PERCENT_KEYS = {"speed/mfu"}
+
+
+def _cell(value: float | None, percent: bool = False) -> str:
     if value is None:
         return "-"
+    if percent:
+        return f"{100 * value:.3g}%"
     if value == 0:
         return "0"
     return f"{value:.4g}" if abs(value) >= 1e-3 else f"{value:.2e}"
@@ -193,7 +199,7 @@ def render(runs: list[RunMetrics], bins: int) -> str:
             continue
         lines += [f"## {label}", "", "| steps | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         for i, (lo, hi) in enumerate(ranges):
-            lines.append(f"| {lo}-{hi} | " + " | ".join(_cell(columns[n][i]) for n in names) + " |")
+            lines.append(f"| {lo}-{hi} | " + " | ".join(_cell(columns[n][i], key in PERCENT_KEYS) for n in names) + " |")
         lines.append("")
     notes = [f"- {run.name}: beta={run.beta}, no KL term and no KL metric (TRL logs none with beta=0)" for run in runs if run.beta == 0]
     if notes:
@@ -222,7 +228,8 @@ def figure(runs: list[RunMetrics]):
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows + 0.4), squeeze=False)
     for ax, (key, label) in zip(axes.flat, keys):
         for run in runs:
-            points = [(r["step"], r[key]) for r in run.records if isinstance(r.get(key), (int, float))]
+            scale = 100 if key in PERCENT_KEYS else 1
+            points = [(r["step"], scale * r[key]) for r in run.records if isinstance(r.get(key), (int, float))]
             if points:
                 ax.plot(*zip(*points), label=run.name, color=colours[run.name])
         ax.set_title(label)

@@ -244,6 +244,9 @@ def load_for_generation(model_spec: str, device: str | None, dtype: str):
     else:
         kind = device.split(":")[0]
         info = DeviceInfo(kind, kind == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    from posttrain.log import quiet_libraries
+
+    quiet_libraries()  # transformers is imported now: its weight-loading bar and warnings too
     source = resolve_source(model_spec)
     folder = Path(source)
     if folder.is_dir() and not any((folder / name).is_file() for name in ("config.json", "adapter_config.json")):
