@@ -78,3 +78,19 @@ def test_a_causal_lm_from_the_hub_side_is_refused_at_load(tmp_path):
 
     with pytest.raises(UserError, match=r"training.rewards\[0\].model: .* is a causal language model \(Qwen2ForCausalLM\)"):
         load_reward_model(str(resolve_tiny("tiny:qwen2-1m")), "training.rewards[0].model", None)
+
+
+def test_rloo_runs_on_grpos_rewards_and_health_checks(cli, repo, tmp_path, reward_model):
+    """RLOO, 1 step: the reward model as its reward, GRPO's time split and health keys in its log."""
+    _base, rm, _ = reward_model
+    out = tmp_path / "rloo"
+    result = cli("train", "--recipe", "recipes/rloo/tiny-cpu.yaml", f"training.output_dir={out}", f"training.rewards=[{{model: {rm}}}]",
+                 "training.max_steps=1", "training.save_steps=1", "training.num_generations=2", "training.per_device_train_batch_size=4",
+                 "training.max_completion_length=8", f"data.datasets[0].name={repo / 'examples/data/problems.jsonl'}")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    record = next(json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "reward" in line)
+    assert {"rewards/rm/mean", "frac_reward_zero_std", "kl", "time/generation_s", "time/scoring_s"} <= record.keys()
+    config = json.loads((out / "trl_config.json").read_text())
+    assert config["beta"] == 0.05 and config["num_generations"] == 2  # TRL's RLOO beta, kept
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert summary["algorithm"] == "rloo" and summary["rl"] is True and "health" in summary

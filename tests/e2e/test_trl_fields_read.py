@@ -85,6 +85,8 @@ RUNS = {
     "reward": ("recipes/reward/tiny-cpu.yaml", "examples/data/preferences_refusal.jsonl", []),  # holds out 20% itself
     "grpo": ("recipes/grpo/tiny-cpu.yaml", "examples/data/problems.jsonl", ["data.eval_fraction=0.25", *RL]),
     "gspo": ("recipes/gspo/tiny-cpu.yaml", "examples/data/problems.jsonl", ["data.eval_fraction=0.25", *RL]),
+    "rloo": ("recipes/grpo/tiny-cpu.yaml", "examples/data/problems.jsonl",
+             ["training.algorithm=rloo", "training.health_window=null", "training.stop_on=[]", "data.eval_fraction=0.25", *RL]),
 }
 
 

@@ -33,7 +33,7 @@ CONSISTENT = {"save_strategy": "steps", "logging_strategy": "steps", "eval_strat
 
 
 def base_recipe(algorithm: str, **training) -> dict:
-    if algorithm in ("grpo", "gspo"):
+    if algorithm in ("grpo", "gspo", "rloo"):
         training.setdefault("rewards", [{"name": "answer_match"}])
     dataset = {"name": "train.jsonl", "image_columns": ["image"]} if algorithm == "sft_vlm" else {"name": "train.jsonl"}
     return {
@@ -74,6 +74,8 @@ def _non_default(spec: dict):
         return {"float": [0.25, 0.75], "int": [3]}.get(spec["item"], ["posttrain-test"])
     if "dict" in kinds:
         return {"posttrain_test": 1}
+    if "any" in kinds:  # RLOO's reward_clip_range, a (min, max) pair
+        return [-1.0, 1.0]
     raise AssertionError(f"no test value for {spec}")
 
 
@@ -93,9 +95,9 @@ def test_every_trl_field_reaches_the_config(algorithm, monkeypatch):
               and not conditional(family, n)}
     values = {name: non_default(spec, range_for(family, name, spec)) for name, spec in fields.items()}
     values.update(CONSISTENT)
-    if family == "grpo":
+    if family in ("grpo", "rloo"):
         values.pop("generation_batch_size")
-        values.update(RL_VALUES)
+        values.update({k: v for k, v in RL_VALUES.items() if k in trl_fields(family)})  # RLOO has no importance_sampling_level
     raw = base_recipe(algorithm, **values)
     if family == "grpo":  # max_tool_calling_iterations acts only with tools
         raw["training"]["tools"] = ["posttrain.tools.calculator:calculator"]
@@ -108,7 +110,7 @@ def test_every_trl_field_reaches_the_config(algorithm, monkeypatch):
     config = build_trl_config(loaded.recipe, CPU, data_format="prompt_completion")
     arrived = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     missing = {n: (v, arrived.get(n)) for n, v in values.items() if arrived.get(n) != v}
-    if family == "grpo":
+    if family in ("grpo", "rloo"):
         assert arrived["reward_weights"] == [1.0]
     assert not missing, f"{len(missing)} fields did not arrive: {missing}"
     assert len(values) > 90

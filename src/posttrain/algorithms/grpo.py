@@ -47,7 +47,14 @@ def reward_functions(training, dtype=None) -> tuple[list, list]:
 
 def build_trainer(run):
     from trl import GRPOTrainer
+    from trl.trainer import grpo_trainer
 
+    return build_rl_trainer(run, GRPOTrainer, grpo_trainer)
+
+
+def build_rl_trainer(run, trainer_class, trainer_module):
+    """GRPO's trainer, or another of TRL's online RL trainers that shares its interface (RLOOTrainer):
+    the recipe's rewards (functions and reward models), posttrain's rollouts, the time split, tools."""
     from .common import log
 
     if run.loaded.processor is not None:
@@ -56,14 +63,12 @@ def build_trainer(run):
         from .sft_vlm import prepare_model
 
         prepare_model(run, log)
-    from trl.trainer import grpo_trainer
-
     from .reference import reference_is_the_policy
     from .tool_use import attach_tool_counts, trainer_kwargs
 
-    with reference_is_the_policy(grpo_trainer, run.loaded.model, run.loaded_recipe.recipe.model):
+    with reference_is_the_policy(trainer_module, run.loaded.model, run.loaded_recipe.recipe.model):
         functions, tokenizers = reward_functions(run.loaded_recipe.recipe.training, run.loaded.model.dtype)
-        trainer = GRPOTrainer(reward_funcs=functions, reward_processing_classes=tokenizers, **run.trainer_kwargs(),
+        trainer = trainer_class(reward_funcs=functions, reward_processing_classes=tokenizers, **run.trainer_kwargs(),
                               **trainer_kwargs(run.toolbox))
     if run.loaded.processor is not None:
         from posttrain.models.vision import render_parts

@@ -78,6 +78,18 @@ INTERNALS = [
     Internal("trl.trainer.grpo_trainer", "GRPOTrainer", "_generate_single_turn",
              "posttrain's decoding loop for rollouts (algorithms/grpo.py route_generate replaces the unwrapped "
              "model's generate, which this method calls)", ("grpo",), "unwrapped_model.generate("),
+    # RLOO runs through GRPO's builder (algorithms/grpo.py build_rl_trainer): the same names on RLOOTrainer.
+    Internal("trl.trainer.rloo_trainer", "", "create_model_from_path",
+             "the reference model as the policy's own weights (algorithms/reference.py); TRL would reload it by name",
+             ("rloo",), "create_model_from_path(", "trl.trainer.rloo_trainer:RLOOTrainer"),
+    *(Internal("trl.trainer.rloo_trainer", "RLOOTrainer", name, purpose, ("rloo",), called_as) for name, purpose, called_as in (
+        ("_generate", "the generation/scoring time split of each RL step (algorithms/monitor.py attach_timers)", "self._generate("),
+        ("_calculate_rewards", "the scoring time and the empty <think> share (algorithms/monitor.py attach_timers)",
+         "self._calculate_rewards("),
+        ("_get_per_token_logps_and_entropies", "the log-prob time of each RL step (algorithms/monitor.py attach_timers)",
+         "self._get_per_token_logps_and_entropies("),
+        ("_generate_single_turn", "posttrain's decoding loop for rollouts (algorithms/grpo.py route_generate replaces the "
+         "unwrapped model's generate, which this method calls)", "unwrapped_model.generate("))),
 ]
 
 

@@ -119,6 +119,11 @@ _ROWS = [
               rl=True, vision=True,
               defaults={"importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": 3e-4, "epsilon_high": 4e-4, "beta": 0.0},
               dead={**EVERY_ALGORITHM_DEAD, "average_tokens_across_devices": _OWN_LOSS % "GRPOTrainer", **_GRPO_SAMPLER}),
+    # RLOO (Ahmadian et al. 2024): GRPO's rewards, data, rollouts and health checks through TRL's RLOOTrainer.
+    # TRL's defaults kept: beta 0.05 (non-zero already, unlike GRPO's 0.0), num_generations 2, no advantage scaling.
+    Algorithm("rloo", "rloo", "RLOOConfig", "rloo", "prompt", section="posttrain.recipe.rloo_section:RLOOTrainingBase",
+              rl=True, dead={**EVERY_ALGORITHM_DEAD, "average_tokens_across_devices": _OWN_LOSS % "RLOOTrainer",
+                             **{k: v.replace("GRPOTrainer", "RLOOTrainer") for k, v in _GRPO_SAMPLER.items()}}),
     # KTO (Ethayarajh et al. 2024): unpaired desirable/undesirable completions; TRL's defaults kept
     # (beta 0.1, weights 1.0, lr 1e-6, sequential batches: the KL estimate needs them).
     Algorithm("kto", "kto", "KTOConfig", "kto", "unpaired", section="posttrain.recipe.kto_section:KTOTrainingBase",

@@ -40,7 +40,7 @@ Defaults that depend on the machine or the data are resolved when the run starts
 
 from __future__ import annotations
 
-from .algorithms import ALGORITHMS, RL_ALGORITHMS
+from .algorithms import ALGORITHMS
 
 COMMON: dict[str, object] = {
     # TRL turns checkpointing on through `gradient_checkpointing`, a name transformers 5 deprecated.
@@ -77,7 +77,7 @@ def defaults_for(algorithm: str, training: dict) -> dict[str, object]:
     out = {**COMMON, **(TOKEN_LOSS if row is not None and row.token_loss else {}), **(row.defaults if row is not None else {})}
     if algorithm == "cpt" and training.get("packing") is False:
         del out["packing_strategy"]  # read only when packing (recipe.liveness); unpacked CPT has no strategy
-    if algorithm in RL_ALGORITHMS and (training.get("tools") or training.get("environment")):
+    if row is not None and row.family == "grpo" and (training.get("tools") or training.get("environment")):  # GRPOTrainer's tools
         # TRL's None lets a policy that keeps calling tools spend its whole completion budget on calls;
         # rollouts cut at this limit are counted (tools/cut_off).
         out["max_tool_calling_iterations"] = 5

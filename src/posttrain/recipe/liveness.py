@@ -75,8 +75,8 @@ _TRACKIO = LiveWhen("tracking.provider=trackio", lambda r: r.tracking.provider =
 _GROUPED = LiveWhen("training.train_sampling_strategy=group_by_length (or batch_rebalance)",
                     lambda r: r.training.value("train_sampling_strategy") in ("group_by_length", "batch_rebalance"),
                     {"training.train_sampling_strategy": "group_by_length"}, ("sft", "dpo"))
-_SYNC_REF = LiveWhen("training.sync_ref_model=true", _value("sync_ref_model"), {"training.sync_ref_model": True}, ("dpo", "grpo"))
-_VLLM = LiveWhen("training.use_vllm=true", _value("use_vllm"), {"training.use_vllm": True}, ("grpo",))
+_SYNC_REF = LiveWhen("training.sync_ref_model=true", _value("sync_ref_model"), {"training.sync_ref_model": True}, ("dpo", "grpo", "rloo"))
+_VLLM = LiveWhen("training.use_vllm=true", _value("use_vllm"), {"training.use_vllm": True}, ("grpo", "rloo"))
 _ADAPTIVE_ENTROPY = LiveWhen("training.use_adaptive_entropy=true", _value("use_adaptive_entropy"),
                              {"training.use_adaptive_entropy": True}, ("grpo",))
 _LOW_RANK_OPTIMIZERS = ("galore_adamw", "galore_adamw_8bit", "galore_adafactor", "galore_adamw_layerwise",
@@ -117,10 +117,10 @@ LIVE_ONLY_WITH: dict[str, LiveWhen] = {
     **{name: LiveWhen("training.loss_type=vespo", lambda r: r.training.value("loss_type") == "vespo", {"training.loss_type": "vespo"}, ("grpo",))
        for name in ("vespo_k_pos", "vespo_k_neg", "vespo_lambda_pos", "vespo_lambda_neg")},
     "use_bias_correction_kl": LiveWhen("training.beta > 0 (the KL term)", lambda r: bool(r.training.value("beta")), {"training.beta": 0.04}, ("grpo",)),
-    "log_completions_hub_repo": LiveWhen("training.log_completions=true", _value("log_completions"), {"training.log_completions": True}, ("grpo",)),
+    "log_completions_hub_repo": LiveWhen("training.log_completions=true", _value("log_completions"), {"training.log_completions": True}, ("grpo", "rloo")),
     "transformers_continuous_batching_config": LiveWhen("training.use_transformers_continuous_batching=true",
                                                         _value("use_transformers_continuous_batching"),
-                                                        {"training.use_transformers_continuous_batching": True}, ("grpo",)),
+                                                        {"training.use_transformers_continuous_batching": True}, ("grpo", "rloo")),
 }
 
 

@@ -1,0 +1,44 @@
+"""RLOO: GRPO's rewards and rules through TRL's RLOOTrainer; in-process, no training."""
+
+from __future__ import annotations
+
+import pytest
+
+from posttrain.recipe.errors import RecipeError
+from posttrain.recipe.load import load_recipe
+
+RECIPE = "recipes/rloo/tiny-cpu.yaml"
+
+
+def problems(repo, *overrides) -> str:
+    with pytest.raises(RecipeError) as e:
+        load_recipe(repo / RECIPE, list(overrides))
+    return str(e.value)
+
+
+def test_rloo_takes_grpo_rewards_and_keeps_trls_beta(repo):
+    training = load_recipe(repo / RECIPE, ["training.rewards=[{name: answer_match}, {model: runs/rm, weight: 0.5}]"]).recipe.training
+    kwargs = training.trl_kwargs()
+    assert kwargs["reward_weights"] == [1.0, 0.5] and "beta" not in kwargs  # TRL's 0.05 stays: RLOO's row states no default
+
+
+@pytest.mark.parametrize("override,key,needle", [
+    ("training.tools=[posttrain.tools.calculator:calculate]", "training.tools", "RLOOTrainer has no tool calling"),
+    ("training.rewards=[]", "training.rewards", "at least one item"),
+    ("training.num_generations=3", "training.num_generations", "whole groups"),
+    ("training.train_sampling_strategy=sequential", "training.train_sampling_strategy", "RLOOTrainer"),
+    ("data.datasets[0].chosen_column=x", "data.datasets[0].chosen_column", "never reads"),
+    ("training.vllm_mode=colocate", "training.vllm_mode", "use_vllm"),
+])
+def test_rloo_rules(repo, override, key, needle):
+    message = problems(repo, override)
+    assert key in message and needle in message
+
+
+def test_rloo_reaches_the_rl_machinery():
+    from posttrain.algorithms.trl_internals import INTERNALS
+    from posttrain.recipe.algorithms import ALGORITHMS, RL_ALGORITHMS
+
+    assert "rloo" in RL_ALGORITHMS and ALGORITHMS["rloo"].data == "prompt"
+    assert {i.name for i in INTERNALS if "rloo" in i.families} == {i.name for i in INTERNALS if "grpo" in i.families} - {
+        "_tool_call_loop", "_generate_and_score_completions"}  # the tool-use ones: RLOO has no tools
