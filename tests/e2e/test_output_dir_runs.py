@@ -89,6 +89,10 @@ def test_one_run_per_output_dir_and_resume_continues_the_same_recipe(repo, tmp_p
     forced = run(train(out, data, "training.max_steps=6", "training.learning_rate=0.01", "training.resume_from_checkpoint=force", *base), repo)
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert "warning: resuming checkpoint-4 with a changed recipe" in forced.stdout and "training.learning_rate" in forced.stdout
+    # ... and the forced learning rate is the one that trains (the checkpoint's optimizer state carried the old one):
+    # step 5 of a 6-step linear decay from 0.01
+    lr = {r["step"]: r["learning_rate"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "learning_rate" in r}
+    assert lr[5] == pytest.approx(0.01 * (6 - 4) / 6) and lr[6] == pytest.approx(0.01 * (6 - 5) / 6)
     history = sorted((out / "recipe_history").glob("*.yaml"))
     assert [p.name.split("-from-step-")[1] for p in history] == ["0.yaml", "2.yaml", "4.yaml"]
     assert "learning_rate: 0.003" in history[0].read_text() and "learning_rate: 0.01" in history[2].read_text()

@@ -102,6 +102,11 @@ class ScheduleOnResume(TrainerCallback):
     step this sets every parameter group to the new schedule's value at the checkpoint's step: with the
     same max_steps that is the value restored (nothing changes), with a larger one it is what a run
     planned for the new max_steps has at that step (warmup is not repeated).
+
+    The peak learning rate is the recipe's too: the checkpoint's optimizer and scheduler state carry
+    the old one (torch restores each group's `lr`/`initial_lr` and the scheduler's `base_lrs`), so a
+    learning_rate changed under `resume_from_checkpoint: force` never applied. The groups' base rates
+    are scaled by new/old, which keeps any ratio between groups.
     """
 
     def __init__(self):
@@ -115,6 +120,11 @@ class ScheduleOnResume(TrainerCallback):
         lambdas, bases = getattr(scheduler, "lr_lambdas", None), getattr(scheduler, "base_lrs", None)
         if optimizer is None or not lambdas or not bases:  # not a LambdaLR (reduce_lr_on_plateau): left as restored
             return
+        if bases[0] and args.learning_rate and abs(args.learning_rate - bases[0]) > 1e-12 * abs(bases[0]):
+            ratio = args.learning_rate / bases[0]
+            bases = scheduler.base_lrs = [base * ratio for base in bases]
+            for group, base in zip(optimizer.param_groups, bases):
+                group["initial_lr"] = base
         values = [base * fn(scheduler.last_epoch) for base, fn in zip(bases, lambdas)]
         for group, value in zip(optimizer.param_groups, values):
             group["lr"] = value
