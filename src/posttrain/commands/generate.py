@@ -35,9 +35,10 @@ openai:MODEL, anthropic:MODEL, gemini:MODEL, vertex:MODEL (needs --base-url). AP
 ANTHROPIC_API_KEY, GEMINI_API_KEY, VERTEX_ACCESS_TOKEN (or the variable named by --api-key-env) and never written out.
 
 examples:
-  posttrain generate --model tiny:qwen2-1m --prompts prompts.txt --max-new-tokens 32
-  posttrain generate --model runs/sft/final --model tiny:qwen2-1m --dataset eval.jsonl --n 50 --csv
-  posttrain generate --model openai:my-model --base-url http://localhost:8000/v1 --prompts p.jsonl
+  posttrain generate --model tiny:qwen2-1m --prompts examples/data/sft.jsonl --n 5 --max-new-tokens 32
+  posttrain generate --model runs/sft-tiny --model tiny:qwen2-1m --dataset examples/data/sft.jsonl --n 50 --csv
+      (runs/sft-tiny: the output_dir of posttrain train --recipe recipes/sft/tiny-cpu.yaml; a checkpoint-N inside it works too)
+  posttrain generate --model openai:my-model --base-url http://localhost:8000/v1 --prompts examples/data/sft.jsonl
 """
 
 
