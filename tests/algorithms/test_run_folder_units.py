@@ -64,6 +64,8 @@ def test_whole_run_weights_each_logged_loss_by_its_steps():
     assert whole["train_loss"] == pytest.approx((4 * 2 + 2 * 2 + 1) / 5)
     assert (whole["steps_trained"], whole["wall_seconds"], whole["steps_per_s"]) == (5, 2.5, 2.0)
     assert [s["train_loss"] for s in whole["segments"]] == [3.0, 1.0]
+    segments[0]["wall_seconds"] = None  # resumed from a checkpoint older than segment records
+    assert whole_run(segments, records)["wall_seconds"] == 0.5
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, None)])

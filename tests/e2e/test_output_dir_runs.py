@@ -8,6 +8,7 @@ in recipe_history/; a torn last line in metrics.jsonl does not break the resume.
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -48,6 +49,7 @@ def test_one_run_per_output_dir_and_resume_continues_the_same_recipe(repo, tmp_p
         second = run(train(out, data, "training.max_steps=2"), repo)
         assert second.returncode == 2, second.stderr[-2000:]
         assert f"pid {first.pid} on host {socket.gethostname()}" in second.stderr and "is in use by another run" in second.stderr
+        assert f"stop it with `kill -INT {first.pid}`" in second.stderr  # the fix it suggests (Ctrl-C's path: tests/e2e/test_run_folder.py)
         assert "Traceback" not in second.stderr
         assert first.poll() is None  # the holder was not disturbed
         assert {p.name for p in out.iterdir() if not p.name.startswith("checkpoint-")} == before
@@ -86,7 +88,11 @@ def test_one_run_per_output_dir_and_resume_continues_the_same_recipe(repo, tmp_p
     assert (out / "resolved_recipe.yaml").read_text() == recipe_before  # nothing overwritten
     assert len(list((out / "recipe_history").glob("*.yaml"))) == 2
 
-    forced = run(train(out, data, "training.max_steps=6", "training.learning_rate=0.01", "training.resume_from_checkpoint=force", *base), repo)
+    # the fix the refusal prints, run as printed
+    lines = changed.stderr.splitlines()
+    suggested = shlex.split(next(lines[i + 1] for i, line in enumerate(lines) if "continue the old run with the new values" in line))
+    assert suggested[0] == "posttrain" and "training.resume_from_checkpoint=force" in suggested
+    forced = run([sys.executable, "-m", *suggested], repo)
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert "warning: resuming checkpoint-4 with a changed recipe" in forced.stdout and "training.learning_rate" in forced.stdout
     # ... and the forced learning rate is the one that trains (the checkpoint's optimizer state carried the old one):

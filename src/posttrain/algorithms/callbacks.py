@@ -55,6 +55,8 @@ class RunSegments(TrainerCallback):
 
         self.output_dir, self.monitor, self.stop = output_dir, monitor, stop
         self.previous = list(progress.get("segments", []))
+        if from_step > 0 and not self.previous:  # a checkpoint written before segments were recorded
+            self.previous = [{"from_step": 0, "to_step": from_step, "started": None, "wall_seconds": None, "ended": "checkpoint (not recorded)"}]
         self.from_step = from_step
         self.started = datetime.datetime.now().isoformat(timespec="seconds")
         self.t0: float | None = None

@@ -263,7 +263,7 @@ def read_records(path: Path) -> list[dict]:
 def whole_run(segments: list[dict], records: list[dict]) -> dict:
     """run_summary.json's whole-run fields from its segments and metrics.jsonl's records."""
     steps = sum(s["to_step"] - s["from_step"] for s in segments)
-    wall = sum(s.get("wall_seconds", 0.0) for s in segments)
+    wall = sum(s.get("wall_seconds") or 0.0 for s in segments)  # None: a segment whose time was not recorded
     for s in segments:
         loss = loss_over(records, s["from_step"], s["to_step"])
         s["train_loss"] = round(loss, 6) if loss is not None else None
