@@ -88,3 +88,29 @@ def test_posttrain_log_records_reach_stderr_concisely_at_the_chosen_level(capsys
     monkeypatch.setenv("POSTTRAIN_LOG_LEVEL", "LOUD")
     assert main(["validate", str(REPO / "recipes/sft/tiny-cpu.yaml"), "--schema-only"]) == 2
     assert "POSTTRAIN_LOG_LEVEL=LOUD: expected one of DEBUG, INFO, WARNING, ERROR" in capsys.readouterr().err
+
+
+def test_validate_and_an_already_complete_train_do_not_import_torch(tmp_path):
+    """validate reads local data (with `datasets`) but loads no model; `train` on a finished run answers
+    "already complete" before the heavy imports."""
+    out = tmp_path / "run"
+    code = f"""
+import json, sys
+from pathlib import Path
+from posttrain.cli import main
+from posttrain.recipe.load import load_recipe, resolved_dict, to_yaml
+argv = ["recipes/sft/tiny-cpu.yaml", "training.output_dir={out}"]
+assert main(["validate", *argv]) == 0
+ckpt = Path("{out}") / "checkpoint-30"
+ckpt.mkdir(parents=True)
+(ckpt / "trainer_state.json").write_text(json.dumps({{"global_step": 30}}))
+(ckpt / "model.safetensors").write_bytes(b"w")
+(ckpt / "posttrain_recipe.yaml").write_text(to_yaml(resolved_dict(load_recipe(argv[0], argv[1:]).recipe)))
+(Path("{out}") / "run_summary.json").write_text(json.dumps({{"state": "finished", "global_step": 30}}))
+assert main(["train", *argv]) == 0
+print([m for m in ("torch", "transformers", "trl", "peft") if m in sys.modules], file=sys.stderr)
+"""
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "already complete at step 30" in result.stdout
+    assert result.stderr.strip().splitlines()[-1] == "[]"
