@@ -60,7 +60,8 @@ def render(summary: dict, recipe, records: list[dict], provenance: dict, adapter
     training = recipe.training
     base = model.base_model_name
     tags = ["posttrain", training.algorithm, "trl"] + (["lora", "peft"] if adapter else [])
-    meta = {"library_name": "peft" if adapter else "transformers", "tags": tags, "pipeline_tag": "text-generation"}
+    task = "text-classification" if training.algorithm == "reward" else "text-generation"  # a reward model scores text
+    meta = {"library_name": "peft" if adapter else "transformers", "tags": tags, "pipeline_tag": task}
     if HUB_ID.match(base):
         meta["base_model"] = base
     header = "---\n" + "".join(f"{k}: {json.dumps(v)}\n" for k, v in meta.items()) + "---\n"
