@@ -31,6 +31,19 @@ def test_states_from_the_folder(tmp_path):
     assert folder_state(out).checkpoint.name == "checkpoint-3"
 
 
+def test_running_holder_reads_the_lock_without_taking_it(tmp_path):
+    import socket
+
+    from posttrain.algorithms.run_folder import running_holder
+
+    lock = tmp_path / ".posttrain.lock"
+    assert running_holder(tmp_path) is None
+    lock.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": "now", "command": "posttrain train r.yaml"}))
+    assert running_holder(tmp_path) == f"pid {os.getpid()}, started now: posttrain train r.yaml"
+    lock.write_text(json.dumps({"pid": 2 ** 22 + 12345, "host": socket.gethostname()}))  # no such process: a stale record
+    assert running_holder(tmp_path) is None
+
+
 def test_extends_rule():
     old = {"training": {"max_steps": 4, "num_train_epochs": 3.0}}
     assert not extends(old, old, 4)

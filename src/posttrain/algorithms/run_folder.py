@@ -28,6 +28,7 @@ from pathlib import Path
 from posttrain.checkpoints import checkpoint_dirs
 from posttrain.errors import UserError
 
+from .output_lock import LOCK_NAME
 from .recipe_history import checkpoint_recipe, recipe_changes, render
 from .resume import newest_complete_checkpoint
 
@@ -35,7 +36,6 @@ NEW, INTERRUPTED, FINISHED = "new", "interrupted", "finished"
 SUMMARY = "run_summary.json"
 SEGMENTS_IN_CHECKPOINT = "posttrain_segments.json"  # the run's segments up to this checkpoint
 PREVIOUS = "previous-"  # output_dir/previous-<time>/: an earlier run, moved aside when a new one started over
-LOCK_NAME = ".posttrain.lock"
 
 # Keys that change which parameters train, or how their optimizer state is laid out: a checkpoint's
 # optimizer state cannot be loaded into a run that differs in them (torch refuses the parameter
@@ -80,6 +80,27 @@ def folder_state(output_dir: Path) -> FolderState:
     if checkpoint is not None:
         return FolderState(INTERRUPTED, newest, checkpoint, summary)
     return FolderState(NEW)
+
+
+def running_holder(output_dir: Path) -> str | None:
+    """The run that holds output_dir's lock right now, read without taking it: the lock file names a
+    process of this host that is alive (a record left by a killed run is stale, not running)."""
+    import os
+    import socket
+
+    try:
+        record = json.loads((Path(output_dir) / LOCK_NAME).read_text() or "{}")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("host") != socket.gethostname() or not isinstance(record.get("pid"), int):
+        return None
+    try:
+        os.kill(record["pid"], 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # alive, another user's
+        pass
+    return f"pid {record['pid']}, started {record.get('started')}: {record.get('command')}"
 
 
 def holds_a_run(output_dir: Path) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 from posttrain.errors import UserError
 
 from .resume import checkpoint_problem
-from .run_folder import FINISHED, INTERRUPTED, PREVIOUS, check_recipe, finished_verdict, folder_state, holds_a_run
+from .run_folder import FINISHED, INTERRUPTED, PREVIOUS, check_recipe, finished_verdict, folder_state, holds_a_run, running_holder
 
 
 def data_notes(recipe) -> list[str]:
@@ -42,7 +42,8 @@ def run_folder_notes(recipe, new: dict, argv: list[str]) -> list[str]:
     there cannot continue, a resume path that is no complete checkpoint)."""
     output_dir = Path(recipe.training.output_dir)
     mode = recipe.training.resume_from_checkpoint
-    notes: list[str] = []
+    holder = running_holder(output_dir)
+    notes: list[str] = [f"output_dir: running now ({holder}); train would be refused until that run ends"] if holder else []
     if mode not in (None, False, "false", "auto", "force"):
         path = Path(mode)
         problem = checkpoint_problem(path) if path.is_dir() else "not a directory"
@@ -56,12 +57,12 @@ def run_folder_notes(recipe, new: dict, argv: list[str]) -> list[str]:
     if mode in ("auto", "force"):
         done = finished_verdict(output_dir, new, mode, argv, log=notes.append)
         if done:
-            return [f"output_dir: {done}"]
+            return [*notes, f"output_dir: {done}"]
         if state.state == FINISHED:
-            return [f"output_dir: {state.describe()}; train would continue it to the longer schedule from {state.checkpoint.name}"]
+            return [*notes, f"output_dir: {state.describe()}; train would continue it to the longer schedule from {state.checkpoint.name}"]
         if state.state == INTERRUPTED:
             check_recipe(state.checkpoint, output_dir, new, mode, argv, log=notes.append)
             return [f"output_dir: {state.describe()}; train would resume from {state.checkpoint.name}", *notes]
     if holds_a_run(output_dir):
-        return [f"output_dir: holds a run ({state.describe()}); train would move it to {output_dir}/{PREVIOUS}<time>/ and start over"]
-    return [f"output_dir: {output_dir} ({'new' if not output_dir.exists() else 'no run in it yet'}); train would start at step 0"]
+        return [*notes, f"output_dir: holds a run ({state.describe()}); train would move it to {output_dir}/{PREVIOUS}<time>/ and start over"]
+    return [*notes, f"output_dir: {output_dir} ({'new' if not output_dir.exists() else 'no run in it yet'}); train would start at step 0"]
