@@ -8,6 +8,7 @@ with code 2 and a message naming the key or file; it never prints a traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -156,6 +157,7 @@ def cmd_train(args) -> int:
         print(done)
         return 0
     if opts.launches:
+        os.environ["POSTTRAIN_COMMAND"] = json.dumps(argv)  # the command as typed (--nproc ...): the ranks' resume command
         child = ["train", "--recipe", recipe_path, *overrides]
         exec_torchrun(opts, child, ["train", "--recipe", recipe_path, *redact_overrides(overrides)])
     # Trackers record the command line (wandb's run metadata, our resolved_recipe.yaml): a secret
@@ -163,6 +165,8 @@ def cmd_train(args) -> int:
     sys.argv[1:] = redact_overrides(sys.argv[1:])
     from posttrain.algorithms.run import run_training  # heavy imports start here
 
+    if "POSTTRAIN_COMMAND" in os.environ:  # a rank of `posttrain train --nproc N`: the user's command, not torchrun's
+        argv = json.loads(os.environ["POSTTRAIN_COMMAND"])
     return run_training(loaded, argv)
 
 

@@ -91,6 +91,9 @@ def test_first_signal_stops_after_the_step_with_a_checkpoint_second_stops_at_onc
         state, control = TrainerState(global_step=3), TrainerControl()
         stop.on_step_end(TrainingArguments(output_dir=str(tmp_path), use_cpu=True), state, control)
         assert control.should_save and control.should_training_stop and stop.stopped_at == 3
+        other = signal.SIGTERM if sig == signal.SIGINT else signal.SIGINT
+        os.kill(os.getpid(), other)  # torchrun forwards Ctrl-C as SIGTERM to ranks that also got the SIGINT: absorbed
+        assert stop.signal_name == signal.Signals(sig).name
         with pytest.raises(KeyboardInterrupt if code is None else SystemExit) as raised:
             os.kill(os.getpid(), sig)
         if code is not None:

@@ -8,6 +8,10 @@ save is the Trainer's own, so the checkpoint holds the optimizer, scheduler and 
 resumed run continues the same learning-rate schedule. A second signal stops at once, without
 saving (the default behaviour). With several processes the flag is all-reduced at every step end,
 so every rank stops after the same step (a rank that stopped alone would hang the others).
+
+"Again" means the same signal: Ctrl-C under torchrun reaches each rank twice, as SIGINT from the
+terminal and as the SIGTERM torchrun forwards on its own SIGINT, and that pair must not cancel the
+save. A SIGTERM after a SIGINT (or the other way round) is absorbed.
 """
 
 from __future__ import annotations
@@ -40,7 +44,9 @@ class GracefulStop(TrainerCallback):
 
     def _handle(self, signum, frame) -> None:
         name = signal.Signals(signum).name
-        if self.signal_name is not None:  # the second one: stop now, as without this handler
+        if self.signal_name is not None and name != self.signal_name:  # the launcher forwarding the same stop
+            return
+        if self.signal_name is not None:  # the same signal again: stop now, as without this handler
             self.restore()
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
