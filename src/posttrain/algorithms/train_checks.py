@@ -59,7 +59,8 @@ def run_folder_notes(recipe, new: dict, argv: list[str]) -> list[str]:
         if done:
             return [*notes, f"output_dir: {done}"]
         if state.state == FINISHED:
-            return [*notes, f"output_dir: {state.describe()}; train would continue it to the longer schedule from {state.checkpoint.name}"]
+            source = state.checkpoint.name if state.checkpoint is not None else "its newest checkpoint in S3"  # deleted after upload
+            return [*notes, f"output_dir: {state.describe()}; train would continue it to the longer schedule from {source}"]
         if state.state == INTERRUPTED:
             check_recipe(state.checkpoint, output_dir, new, mode, argv, log=notes.append)
             return [f"output_dir: {state.describe()}; train would resume from {state.checkpoint.name}", *notes]
