@@ -87,6 +87,9 @@ RUNS = {
     "gspo": ("recipes/gspo/tiny-cpu.yaml", "examples/data/problems.jsonl", ["data.eval_fraction=0.25", *RL]),
     "rloo": ("recipes/grpo/tiny-cpu.yaml", "examples/data/problems.jsonl",
              ["training.algorithm=rloo", "training.health_window=null", "training.stop_on=[]", "data.eval_fraction=0.25", *RL]),
+    "kto": ("recipes/kto/tiny-cpu.yaml", "examples/data/unpaired.jsonl", []),  # holds out 20% itself
+    "distill": ("recipes/distill/tiny-cpu.yaml", "examples/data/problems.jsonl",  # holds out 10% itself; the student as its own teacher
+                ["training.teacher_model_name_or_path=tiny:qwen2-1m", "training.max_completion_length=8", "training.eval_on_start=false"]),
 }
 
 

@@ -28,11 +28,13 @@ def test_kto_recipe_loads_with_its_weights_live(repo):
     ("training.per_device_train_batch_size=1", "training.per_device_train_batch_size", "KL term"),
     ("training.train_sampling_strategy=random", "training.train_sampling_strategy", "sequential"),
     ("training.undesirable_weight=0", "training.undesirable_weight", "positive weight"),
+    (("training.loss_type=apo_zero_unpaired", "training.train_sampling_strategy=group_by_length"), "training.train_sampling_strategy",
+     "Can only automatically infer lengths"),
     ("data.datasets[0].chosen_column=x", "data.datasets[0].chosen_column", "never reads"),
     ("training.rewards=[{name: format}]", "training.rewards", "no rewards"),
 ])
 def test_kto_rules(repo, override, key, needle):
-    message = problems(repo, override)
+    message = problems(repo, *([override] if isinstance(override, str) else override))
     assert key in message and needle in message
 
 

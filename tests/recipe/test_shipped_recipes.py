@@ -23,10 +23,11 @@ def test_recipe_is_valid(path, monkeypatch):
     recipe = load_recipe(path).recipe
     assert recipe.training.output_dir
     if has_cuda() or not needs_a_gpu(recipe):
-        # a later stage of a pipeline (make demo; a reward model then GRPO): the earlier one writes the model it names
+        # a later stage of a pipeline (make demo; a reward model then GRPO; an SFT teacher then distillation): the earlier one writes the model it names
         # (a one-slash runs/x is a hub id's shape until runs/ exists here: then it is checked on disk)
         later = [("model.base_model_name", recipe.model.base_model_name)] + [
-            (f"training.rewards[{i}].model", r.model) for i, r in enumerate(getattr(recipe.training, "rewards", None) or []) if r.model]
+            (f"training.rewards[{i}].model", r.model) for i, r in enumerate(getattr(recipe.training, "rewards", None) or []) if r.model] + [
+            ("training.teacher_model_name_or_path", t) for t in [getattr(recipe.training, "teacher_model_name_or_path", None)] if t]
         later = [key for key, name in later if name.startswith("runs/") and not Path(name).is_dir()
                  and (key == "model.base_model_name" or local_looking_model(name))]
         if later:

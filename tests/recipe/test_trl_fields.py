@@ -13,7 +13,7 @@ from posttrain.recipe.errors import RecipeError
 from posttrain.recipe.liveness import LIVE_ONLY_WITH
 from posttrain.recipe.load import load_recipe
 from posttrain.recipe.migrations import MIGRATIONS
-from posttrain.recipe.schema import DEAD_FOR_ALGORITHM, OWNED_ELSEWHERE, TRAINING_MODELS, TrainingBase
+from posttrain.recipe.schema import DEAD_FOR_ALGORITHM, OWNED_ELSEWHERE, TOOL_KEYS, TRAINING_MODELS, TrainingBase
 from posttrain.recipe.trl_fields import CONFIG_CLASSES
 from posttrain.recipe.trl_fields import load_snapshot, snapshot_from_installed, trl_fields
 
@@ -35,6 +35,8 @@ CONSISTENT = {"save_strategy": "steps", "logging_strategy": "steps", "eval_strat
 def base_recipe(algorithm: str, **training) -> dict:
     if algorithm in ("grpo", "gspo", "rloo"):
         training.setdefault("rewards", [{"name": "answer_match"}])
+    if algorithm == "distill":
+        training.setdefault("teacher_model_name_or_path", "tiny:qwen2-6m")
     dataset = {"name": "train.jsonl", "image_columns": ["image"]} if algorithm == "sft_vlm" else {"name": "train.jsonl"}
     return {
         "model": {"base_model_name": "tiny:llava" if algorithm == "sft_vlm" else "tiny:qwen2"},
@@ -145,8 +147,9 @@ def test_dead_fields_are_rejected_with_the_reason(algorithm, key):
     assert f"training.{key}" in str(e.value) and DEAD_FOR_ALGORITHM[algorithm][key] in str(e.value)
     live_in = [a for a in TRAINING_MODELS if key not in DEAD_FOR_ALGORITHM.get(a, {}) and key in trl_fields(TRAINING_MODELS[a]._family)
                and not conditional(TRAINING_MODELS[a]._family, key)]
-    for other in live_in[:1]:  # where the key is live, the same value is accepted
-        assert load_recipe(None, raw=base_recipe(other, **{key: value})).recipe.training.value(key) == value
+    for other in live_in[:1]:  # where the key is live, the same value is accepted (tool keys: with a tool)
+        tools = {"tools": ["posttrain.tools.calculator:calculator"]} if key in TOOL_KEYS else {}
+        assert load_recipe(None, raw=base_recipe(other, **{key: value}, **tools)).recipe.training.value(key) == value
 
 
 CONDITIONAL = sorted((a, k) for a in TRAINING_MODELS for k, rule in LIVE_ONLY_WITH.items()

@@ -74,13 +74,14 @@ def torch_dtype(name: str, device: DeviceInfo):
 
 
 def load_model(model_cfg, device: DeviceInfo, *, trainable_adapter: bool = True, vision: bool = False,
-               reward_head: bool = False) -> LoadedModel:
+               reward_head: bool = False, key: str = "model.base_model_name") -> LoadedModel:
     """Load model + tokenizer for `model_cfg` (the recipe's model section).
 
     With `vision`, the model is a vision-language model (AutoModelForImageTextToText) and its
     processor is loaded too; a text-only model is then an error naming it. With `reward_head`, it
     is a reward model: AutoModelForSequenceClassification with one output, the causal LM's body with
-    a new score head (or a trained reward model's own).
+    a new score head (or a trained reward model's own). `key` names the spec in errors (a distillation
+    teacher is loaded by the same code: training.teacher_model_name_or_path).
     """
     from transformers import (AutoModelForCausalLM, AutoModelForImageTextToText, AutoModelForSequenceClassification, AutoProcessor,
                               AutoTokenizer)
@@ -95,7 +96,7 @@ def load_model(model_cfg, device: DeviceInfo, *, trainable_adapter: bool = True,
     base = adapter_base(source) if Path(source).is_dir() else None
     if base is not None:
         if reward_head:
-            raise UserError(f"model.base_model_name: {model_cfg.base_model_name!r} is a LoRA adapter; a reward model starts from a "
+            raise UserError(f"{key}: {model_cfg.base_model_name!r} is a LoRA adapter; a reward model starts from a "
                             "whole model (its body gets a new score head). Give the adapter's base, or a model with the adapter merged.")
         adapter_dir, source = source, resolve_source(base)
     dtype = torch_dtype(model_cfg.torch_dtype, device)
@@ -134,7 +135,7 @@ def load_model(model_cfg, device: DeviceInfo, *, trainable_adapter: bool = True,
         else:
             model = (AutoModelForImageTextToText if vision else AutoModelForCausalLM).from_pretrained(source, **kwargs)
     except (OSError, ValueError, KeyError) as e:  # missing files, unreadable config.json, unknown model type
-        raise UserError(f"model.base_model_name: cannot load {model_cfg.base_model_name!r}: {e}") from None
+        raise UserError(f"{key}: cannot load {model_cfg.base_model_name!r}: {e}") from None
 
     head = f", {type(model).__name__}: one score per sequence" if reward_head else ""
     notes = [*source_notes(source), f"model: {source} ({dtype}, {device.kind}{head})", ensure_pad_token(tokenizer), fit_embeddings(model, tokenizer)]

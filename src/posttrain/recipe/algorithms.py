@@ -127,7 +127,9 @@ _ROWS = [
     # KTO (Ethayarajh et al. 2024): unpaired desirable/undesirable completions; TRL's defaults kept
     # (beta 0.1, weights 1.0, lr 1e-6, sequential batches: the KL estimate needs them).
     Algorithm("kto", "kto", "KTOConfig", "kto", "unpaired", section="posttrain.recipe.kto_section:KTOTrainingBase",
-              dead={**EVERY_ALGORITHM_DEAD, "average_tokens_across_devices": _OWN_LOSS % "KTOTrainer"}),
+              dead={**EVERY_ALGORITHM_DEAD, "average_tokens_across_devices": _OWN_LOSS % "KTOTrainer",
+                    "length_column_name": "read only by transformers' length-grouped samplers, which TRL 1.16's KTO rows cannot use "
+                    "(kto_section refuses them)."}),
     # Reward model (Bradley-Terry on DPO's prompt/chosen/rejected pairs): the policy's architecture with a
     # one-output score head. TRL's defaults kept (lr 1e-4, max_length 1024, no centering); posttrain counts
     # the pairs TRL drops for length and measures held-out pair accuracy (algorithms/reward.py).
@@ -136,6 +138,19 @@ _ROWS = [
               dead={**EVERY_ALGORITHM_DEAD, "average_tokens_across_devices": _OWN_LOSS % "RewardTrainer",
                     "length_column_name": "read only by transformers' length-grouped samplers, which TRL 1.16's reward pairs cannot "
                     "use (reward_section refuses them)."}),
+    # On-policy distillation (Agarwal et al. 2024, GKD): the student samples completions of the recipe's prompts and
+    # matches the teacher's next-token distribution on them (generalized JSD; TRL's beta 1.0 = reverse KL). TRL's
+    # defaults kept. The teacher is any model spec (training.teacher_model_name_or_path), loaded by posttrain like the
+    # student; its tokenizer must give the student's ids (algorithms/distill.py checks, TRL only compares vocab_size).
+    Algorithm("distill", "distillation", "DistillationConfig", "distill", "prompt",
+              section="posttrain.recipe.distill_section:DistillTrainingBase",
+              dead={**EVERY_ALGORITHM_DEAD, "average_tokens_across_devices": _OWN_LOSS % "DistillationTrainer",
+                    **{k: v.replace("GRPOTrainer", "DistillationTrainer") for k, v in _GRPO_SAMPLER.items()},
+                    "teacher_model_init_kwargs": "posttrain loads the teacher itself, like the student (the model section's torch_dtype, "
+                    "attn_implementation and trust_remote_code apply to both; training.teacher_model_revision pins its revision), and "
+                    "TRL refuses these kwargs with a loaded teacher.",
+                    "max_tool_calling_iterations": "posttrain's distillation runs give TRL no tools, so there is no tool-calling loop to "
+                    "bound."}),
 ]
 
 ALGORITHMS: dict[str, Algorithm] = {row.name: row for row in _ROWS}

@@ -24,6 +24,11 @@ class KTOTrainingBase(TrainingBase):
                             f"{v('train_sampling_strategy')!r}: TRL 1.16 precomputes each row's KL completion against its "
                             "neighbours in a fixed-order batch, so KTO's KL loss needs 'sequential' (TRL's KTO default; posttrain "
                             "shuffles the rows once, seeded, before training). Remove the key."))
+        elif v("train_sampling_strategy") in ("group_by_length", "batch_rebalance"):
+            out.append(("training.train_sampling_strategy",
+                        f"{v('train_sampling_strategy')!r}: transformers' length-grouped samplers read an input_ids column, and TRL "
+                        "1.16's KTO rows hold prompt and completion ids apart, so the run would stop with 'Can only automatically "
+                        "infer lengths'. Use 'sequential' (TRL's KTO default) or 'random'."))
         for key in ("desirable_weight", "undesirable_weight"):
             if v(key) is not None and v(key) <= 0:
                 out.append((f"training.{key}", f"{v(key)}: a weight of 0 or less removes (or flips) that side's loss; use a "

@@ -75,8 +75,8 @@ _TRACKIO = LiveWhen("tracking.provider=trackio", lambda r: r.tracking.provider =
 _GROUPED = LiveWhen("training.train_sampling_strategy=group_by_length (or batch_rebalance)",
                     lambda r: r.training.value("train_sampling_strategy") in ("group_by_length", "batch_rebalance"),
                     {"training.train_sampling_strategy": "group_by_length"}, ("sft", "dpo"))
-_SYNC_REF = LiveWhen("training.sync_ref_model=true", _value("sync_ref_model"), {"training.sync_ref_model": True}, ("dpo", "grpo", "rloo"))
-_VLLM = LiveWhen("training.use_vllm=true", _value("use_vllm"), {"training.use_vllm": True}, ("grpo", "rloo"))
+_SYNC_REF = LiveWhen("training.sync_ref_model=true", _value("sync_ref_model"), {"training.sync_ref_model": True}, ("dpo", "grpo", "rloo", "kto"))
+_VLLM = LiveWhen("training.use_vllm=true", _value("use_vllm"), {"training.use_vllm": True}, ("grpo", "rloo", "distillation"))
 _ADAPTIVE_ENTROPY = LiveWhen("training.use_adaptive_entropy=true", _value("use_adaptive_entropy"),
                              {"training.use_adaptive_entropy": True}, ("grpo",))
 _LOW_RANK_OPTIMIZERS = ("galore_adamw", "galore_adamw_8bit", "galore_adafactor", "galore_adamw_layerwise",
@@ -101,7 +101,7 @@ LIVE_ONLY_WITH: dict[str, LiveWhen] = {
     "packing_strategy": LiveWhen("training.packing=true", _value("packing"), {"training.packing": True}, ("sft",)),
     # DPO
     "precompute_ref_batch_size": LiveWhen("training.precompute_ref_log_probs=true (posttrain's default only for 2+ epochs without max_steps)",
-                                          reference_precomputed, {"training.precompute_ref_log_probs": True}, ("dpo",)),
+                                          reference_precomputed, {"training.precompute_ref_log_probs": True}, ("dpo", "kto")),
     "discopop_tau": LiveWhen("'discopop' in training.loss_type", _has("loss_type", "discopop"), {"training.loss_type": ["discopop"]}, ("dpo",)),
     "ref_model_mixup_alpha": _SYNC_REF,
     "ref_model_sync_steps": _SYNC_REF,

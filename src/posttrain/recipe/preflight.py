@@ -296,6 +296,30 @@ def reward_model_problems(training) -> list[Problem]:
     return out
 
 
+def teacher_problems(training) -> list[Problem]:
+    """A distillation teacher (training.teacher_model_name_or_path) checked as the student's spec is: a tiny: spec that
+    parses, a local folder that holds a model or adapter, and not a reward model. Its tokenizer is checked at train."""
+    spec = getattr(training, "teacher_model_name_or_path", None)
+    key = "training.teacher_model_name_or_path"
+    if not spec:
+        return []
+    problems = [Problem(key, p.message) for p in model_name_problems(spec)]
+    folder = Path(spec).expanduser()
+    if problems or spec.lower().endswith(".gguf") or not folder.is_dir():
+        return problems
+    from posttrain.models.gguf import gguf_file
+
+    if gguf_file(spec) is not None:
+        return []
+    if not (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
+        return [Problem(key, f"{spec!r} holds neither a model (config.json) nor an adapter (adapter_config.json); give the "
+                             "teacher's model folder, a posttrain run's output_dir, or a hub id.")]
+    if reward_folder_problem(folder) is None:
+        return [Problem(key, f"{spec!r} is a reward model (a one-output sequence classifier), not a causal language model; a "
+                             "teacher must predict the next token. A reward model is a GRPO/RLOO reward: training.rewards[i].model.")]
+    return []
+
+
 def tool_problems(training) -> list[Problem]:
     """GRPO/GSPO tools and environment: imported and checked in a worker process (posttrain.tools.probe),
     so a module that does not import, a tool TRL cannot describe to the model or an environment without
@@ -384,6 +408,7 @@ def preflight(recipe: Recipe) -> None:
     problems += tool_problems(training)
     problems += reward_problems(training)
     problems += reward_model_problems(training)
+    problems += teacher_problems(training)
 
     provider = recipe.tracking.provider
     if provider != "none" and importlib.util.find_spec(TRACKING_PACKAGES[provider]) is None:

@@ -116,10 +116,11 @@ RULES: dict[str, Range] = {
     "top_entropy_quantile": Range(0, 1),
     "entropy_coef_min": Range(0),
 }
-# `beta` means the KL weight in GRPO (>= 0) but the margin sharpness in DPO (> 0).
+# `beta` means the KL weight in GRPO (>= 0), the margin sharpness in DPO (> 0), the divergence's mixture in distillation ([0, 1]).
 FAMILY_RULES: dict[str, dict[str, Range]] = {
     "grpo": {"beta": Range(0, why="the KL weight; 0 removes the KL term")},
     "dpo": {"beta": Range(0, low_open=True, why="DPO's sharpness; 0 makes every pair's loss the same constant")},
+    "distillation": {"beta": Range(0, 1, why="the generalized JSD's mixture: 0 forward KL, 0.5 JSD, 1 reverse KL", source="trl")},
 }
 
 _HELP_INTERVAL = re.compile(r"[Mm]ust be (?:in|within) ([\[(])\s*(-?[\d.]+)\s*,\s*(-?[\d.]+)\s*([\])])")

@@ -155,17 +155,19 @@ class Recipe(Section):
         """Data keys the algorithm never reads are errors, not silent no-ops."""
         algorithm = self.training.algorithm
         out = []
-        if algorithm not in RL_ALGORITHMS:
+        prompts = ALGORITHMS[algorithm].data == "prompt"  # the algorithms that read prompts (RL, distillation)
+        if not prompts:
             used_by_dpo = ("max_prompt_length", "prompt_truncation") if ALGORITHMS[algorithm].prompt_length else ()
             unused = [f"data.{k}" for k in PROMPT_ONLY_DATA_KEYS if k in self.data.model_fields_set and k not in used_by_dpo]
             if unused:
-                out.append((unused[0], f"{', '.join(unused)} only apply to {'/'.join(RL_ALGORITHMS)}; algorithm {algorithm} would "
+                readers = "/".join(a.name for a in ALGORITHMS.values() if a.data == "prompt")
+                out.append((unused[0], f"{', '.join(unused)} only apply to {readers}; algorithm {algorithm} would "
                             "ignore them. Remove them."))
         set_ = self.data.model_fields_set
-        if "prompt_truncation" in set_ and self.data.max_prompt_length is None and (algorithm in RL_ALGORITHMS or ALGORITHMS[algorithm].prompt_length):
+        if "prompt_truncation" in set_ and self.data.max_prompt_length is None and (prompts or ALGORITHMS[algorithm].prompt_length):
             out.append(("data.prompt_truncation", "says what happens to a prompt over data.max_prompt_length, which is not set, "
                         "so it would do nothing; set data.max_prompt_length or remove prompt_truncation."))
-        if "few_shot" in set_ and algorithm in RL_ALGORITHMS and not self.uses_images:
+        if "few_shot" in set_ and prompts and not self.uses_images:
             templated = any(d.template != "none" for d in (*self.data.datasets, *self.data.eval_datasets))
             if not templated:
                 out.append(("data.few_shot", "adds a worked example in a math template's answer format, and no dataset sets "
