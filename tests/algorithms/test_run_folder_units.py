@@ -101,3 +101,20 @@ def test_first_signal_stops_after_the_step_with_a_checkpoint_second_stops_at_onc
     finally:
         stop.restore()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_finished_run_without_a_checkpoint_cannot_be_extended_and_says_how_to_start_over(tmp_path):
+    import yaml
+
+    from posttrain.algorithms.run_folder import finished_verdict
+    from posttrain.errors import UserError
+
+    recipe = {"training": {"max_steps": 4, "save_strategy": "no"}}
+    (tmp_path / "run_summary.json").write_text(json.dumps({"state": "finished", "global_step": 4}))
+    (tmp_path / "resolved_recipe.yaml").write_text(yaml.safe_dump(recipe))
+    argv = ["train", "r.yaml", "training.max_steps=6"]
+    assert "already complete at step 4" in finished_verdict(tmp_path, recipe, "auto", argv)
+    with pytest.raises(UserError) as e:
+        finished_verdict(tmp_path, {"training": {"max_steps": 6, "save_strategy": "no"}}, "auto", argv)
+    assert "it saved no checkpoint" in str(e.value) and "posttrain train r.yaml training.max_steps=6 training.resume_from_checkpoint=false" in str(e.value)
+    assert finished_verdict(tmp_path, {"training": {"max_steps": 6}, "s3": {"bucket": "b"}}, "auto", argv) is None  # S3 may hold it
