@@ -83,10 +83,14 @@ class FakeProvider:
             if action != "ok":
                 _, code, headers = action
                 return self.send(h, code, {"error": {"message": f"scripted {code}"}}, headers)
-            self.send(h, 200, self.answer(body))
+            answer = self.answer(body)
+            with self.lock:  # no longer in flight once answered: the client's next request may arrive before this thread resumes
+                self.in_flight, action = self.in_flight - 1, "answered"
+            self.send(h, 200, answer)
         finally:
-            with self.lock:
-                self.in_flight -= 1
+            if action != "answered":
+                with self.lock:
+                    self.in_flight -= 1
 
     @staticmethod
     def send(h, code: int, payload: dict, headers: dict | None = None):
