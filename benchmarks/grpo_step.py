@@ -18,7 +18,7 @@ the repeats and each contestant's step-time ratio to the first one; writes resul
 Contestants (--contestants picks some):
 - before:   the run as posttrain resolved it before the speed work (activation checkpointing on,
             posttrain's common default for a recipe that does not set it).
-- after:    posttrain's defaults now (checkpointing resolved per device: off on CPU).
+- after:    posttrain's defaults now (checkpointing resolved per device: on everywhere since 2026-12-02, off on CPU before).
 - beta0:    after, with beta=0 (no reference forward at all): what the KL term costs.
 - gen4:     after, with steps_per_generation=4 (one generation of 4 steps' prompts, reused):
             changes the algorithm (off-policy steps), so it is a measured option, not a default.

@@ -217,20 +217,20 @@ def test_null_leaves_the_per_device_choice_to_posttrain():
     CPUs, ~6x slower) and transformers activation_checkpointing=None as off, bypassing the device rule."""
     nulls = load_recipe(None, raw=base_recipe("sft", bf16=None, activation_checkpointing=None)).recipe
     config = build_trl_config(nulls, CPU, "prompt_completion")
-    assert (config.bf16, config.activation_checkpointing) == (False, False)
+    assert (config.bf16, config.activation_checkpointing) == (False, True)
     kwargs = config_kwargs(nulls, DeviceInfo("cuda", bf16=True), "prompt_completion")  # (no GPU here to build it)
     assert (kwargs["bf16"], kwargs["activation_checkpointing"]) == (True, True)
 
 
 def test_activation_checkpointing_is_chosen_per_device_unless_the_recipe_sets_it():
-    """Off on CPU (recomputation only costs time there: benchmarks/grpo_step.py), on for CUDA (memory)."""
+    """On for CUDA and CPU alike (on a CPU, SmolLM2 + LoRA trained as fast with it and in half the memory)."""
     cuda = DeviceInfo("cuda", bf16=True)
     for algorithm in ("sft", "dpo", "grpo"):
         recipe = load_recipe(None, raw=base_recipe(algorithm)).recipe
-        assert build_trl_config(recipe, CPU, data_format=None).activation_checkpointing is False
+        assert build_trl_config(recipe, CPU, data_format=None).activation_checkpointing is True
         assert runtime_defaults(recipe, cuda, None)["activation_checkpointing"][0] is True
-    chosen = load_recipe(None, raw=base_recipe("grpo", activation_checkpointing=True)).recipe
-    assert build_trl_config(chosen, CPU, data_format=None).activation_checkpointing is True
+    chosen = load_recipe(None, raw=base_recipe("grpo", activation_checkpointing=False)).recipe
+    assert build_trl_config(chosen, CPU, data_format=None).activation_checkpointing is False
     assert "activation_checkpointing" not in runtime_defaults(chosen, CPU, None)
 
 
