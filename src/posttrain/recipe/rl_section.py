@@ -78,7 +78,7 @@ class RLTrainingBase(TrainingBase):
         "(generation/decoding.py: CPU weights pre-packed and kept while unchanged, LoRA without dropout, each prompt "
         "prefilled once for its group, no cache copies; the same tokens as transformers' generate up to float32 rounding, sampled without LoRA "
         "dropout), falling back to generate for settings it does not implement (said at start-up). 'transformers': "
-        "TRL's own model.generate. README 'Speed of rollouts' has the measurements.",
+        "TRL's own model.generate. README 'Rollouts and evaluation' has the measurements.",
     )
     rewards: list[RewardSpec] = Field(
         min_length=1,
