@@ -217,9 +217,8 @@ def tree(root) -> dict[str, float]:
     return {str(p.relative_to(root)): p.stat().st_mtime for p in root.rglob("*")}
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_malformed_input_exits_2_names_it_and_writes_nothing(name, tmp_path, monkeypatch, capsys, tiny_dir):
-    case = CASES[name]
+def set_up(case, tmp_path, monkeypatch, tiny_dir) -> None:
+    """The case's files in tmp_path (the working directory) and its environment."""
     for rel, text in {**BASE_FILES, **case.files}.items():
         path = tmp_path / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -227,6 +226,12 @@ def test_malformed_input_exits_2_names_it_and_writes_nothing(name, tmp_path, mon
     monkeypatch.chdir(tmp_path)
     for key, value in case.env.items():
         monkeypatch.setenv(key, value)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_malformed_input_exits_2_names_it_and_writes_nothing(name, tmp_path, monkeypatch, capsys, tiny_dir):
+    case = CASES[name]
+    set_up(case, tmp_path, monkeypatch, tiny_dir)
     before = tree(tmp_path)
     try:
         code = main(case.argv)
@@ -251,13 +256,7 @@ def test_validate_agrees_with_train(name, tmp_path, monkeypatch, capsys, tiny_di
     rewards imported, model paths and output_dir looked at), so a recipe that validates, trains."""
     case = CASES[name]
     other = ["validate" if case.argv[0] == "train" else "train", *case.argv[1:]]
-    for rel, text in {**BASE_FILES, **case.files}.items():
-        path = tmp_path / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text.replace("{cwd}", str(tmp_path)).replace("{tiny}", str(tiny_dir)))
-    monkeypatch.chdir(tmp_path)
-    for key, value in case.env.items():
-        monkeypatch.setenv(key, value)
+    set_up(case, tmp_path, monkeypatch, tiny_dir)
     try:
         code = main(other)
     except SystemExit as e:

@@ -83,8 +83,6 @@ def resume_point(value, output_dir: Path, storage) -> Path | None:
     turns through a file lock: the first downloads a newer uploaded checkpoint into output_dir,
     the others then find it there complete (one download per node, never two into one folder).
     """
-    from posttrain.errors import UserError
-
     if value in (None, False, "false"):
         return None
     if value in ("auto", "force"):
@@ -100,6 +98,13 @@ def resume_point(value, output_dir: Path, storage) -> Path | None:
         if found is not None:
             log(f"resuming from {found} (training.resume_from_checkpoint={value}; set it to false to start over)")
         return found
+    return explicit_checkpoint(value)
+
+
+def explicit_checkpoint(value) -> Path:
+    """training.resume_from_checkpoint given as a path: that folder, or UserError when it is no complete checkpoint."""
+    from posttrain.errors import UserError
+
     path = Path(value)
     problem = checkpoint_problem(path) if path.is_dir() else "not a directory"
     if problem:

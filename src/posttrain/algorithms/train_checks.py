@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from posttrain.errors import UserError
 
-from .resume import checkpoint_problem
+from .resume import explicit_checkpoint
 from .run_folder import FINISHED, INTERRUPTED, PREVIOUS, check_recipe, finished_verdict, folder_state, holds_a_run, running_holder
 
 
@@ -45,12 +44,7 @@ def run_folder_notes(recipe, new: dict, argv: list[str]) -> list[str]:
     holder = running_holder(output_dir)
     notes: list[str] = [f"output_dir: running now ({holder}); train would be refused until that run ends"] if holder else []
     if mode not in (None, False, "false", "auto", "force"):
-        path = Path(mode)
-        problem = checkpoint_problem(path) if path.is_dir() else "not a directory"
-        if problem:
-            raise UserError(f"training.resume_from_checkpoint: cannot resume from {mode}: {problem}. Set "
-                            "training.resume_from_checkpoint=auto (the newest complete checkpoint in training.output_dir) or a "
-                            "complete checkpoint-N folder.")
+        path = explicit_checkpoint(mode)
         check_recipe(path, output_dir, new, mode, argv, log=notes.append)
         return [f"output_dir: train would resume from {path}", *notes]
     state = folder_state(output_dir)
