@@ -22,8 +22,8 @@ interrupted training run continues from its last checkpoint (posttrain's resume)
                (CMH and the seed-level test, and the verdict that needs both).
 5. telemetry   `posttrain report` of the six runs: reward, length, KL by step range, health flags.
 6. tables      OUT/results.md and OUT/results.json: every measure the plan names, the hypotheses' verdicts
-               by the plan's rule, from OUT/samples/ (the per-item answers, trimmed: small enough to commit),
-               OUT/diagnostic.jsonl and OUT/health.json. `--tables DIR` recomputes them from those files.
+               by the plan's rule, from OUT/samples/ (every per-item answer, trimmed: small enough to commit),
+               OUT/meta.json and OUT/health.json. `--tables DIR` recomputes them from those files.
 """
 
 from __future__ import annotations
@@ -202,8 +202,9 @@ SAMPLE_FIELDS = ("id", "gold", "completion", "strict", "loose", "format", "compl
 
 
 def collect(out: Path, design: Design) -> None:
-    """OUT/samples/*.jsonl (compare's per-item records without the repeated prompt), OUT/samples/arms.json
-    (compare's arm list) and OUT/health.json (every run's health flags): what --tables reads."""
+    """OUT/samples/*.jsonl (compare's and the diagnostic's per-item records without the repeated prompt),
+    OUT/samples/arms.json (compare's arm list) and OUT/health.json (every run's health flags): what
+    --tables reads, and what benchmarks/results/kl_real/ commits."""
     report = json.loads((out / "compare" / "report.json").read_text())
     samples = out / "samples"
     samples.mkdir(exist_ok=True)
@@ -215,6 +216,9 @@ def collect(out: Path, design: Design) -> None:
         rows = [json.loads(line) for line in (out / "compare" / "samples" / f"{name}.jsonl").read_text().splitlines()]
         (samples / f"{name}.jsonl").write_text("".join(json.dumps({k: r.get(k) for k in SAMPLE_FIELDS}) + "\n" for r in rows))
     (samples / "arms.json").write_text(json.dumps(arms, indent=1) + "\n")
+    diagnostic = _read_jsonl(out / "diagnostic.jsonl")
+    (samples / "diagnostic.jsonl").write_text("".join(json.dumps({k: r.get(k) for k in ("prefix", *SAMPLE_FIELDS)}) + "\n"
+                                                      for r in diagnostic))
     health = {}
     for b in design.betas:
         for s in design.seeds:
@@ -260,8 +264,8 @@ def tables(out: Path) -> dict:
                | {"seeds": len(members), "per_seed_loose": [runs[m]["loose"] for m in members]}
                for g, members in groups.items()}
     diagnostic = {}
-    if (out / "diagnostic.jsonl").is_file():
-        for r in _read_jsonl(out / "diagnostic.jsonl"):
+    if (samples / "diagnostic.jsonl").is_file():
+        for r in _read_jsonl(samples / "diagnostic.jsonl"):
             diagnostic.setdefault(r["prefix"], []).append(r)
         diagnostic = {p: {"n": len(rs), "strict": fmean(bool(r["strict"]) for r in rs), "loose": fmean(bool(r["loose"]) for r in rs),
                           "format": fmean(r["format"] > 0 for r in rs)} for p, rs in diagnostic.items()}

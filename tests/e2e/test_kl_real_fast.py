@@ -94,7 +94,7 @@ def test_a_rerun_keeps_every_finished_stage(fast_run):
 def test_tables_are_rebuilt_from_the_committed_files_alone(fast_run, tmp_path):
     """What benchmarks/results/kl_real/ holds is enough to recompute every number: no model, no run folder."""
     out = fast_run[0]
-    for name in ("samples", "meta.json", "health.json", "diagnostic.jsonl"):
+    for name in ("samples", "meta.json", "health.json"):
         (shutil.copytree if (out / name).is_dir() else shutil.copy)(out / name, tmp_path / name)
     _run("--tables", str(tmp_path))
     assert json.loads((tmp_path / "results.json").read_text()) == json.loads((out / "results.json").read_text())
