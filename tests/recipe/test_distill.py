@@ -12,11 +12,6 @@ from posttrain.recipe.load import load_recipe
 RECIPE = "recipes/distill/tiny-cpu.yaml"
 
 
-def problems(repo, *overrides) -> str:
-    with pytest.raises(RecipeError) as e:
-        load_recipe(repo / RECIPE, list(overrides))
-    return str(e.value)
-
 
 def test_distill_reads_prompts_and_forwards_the_teacher(repo):
     training = load_recipe(repo / RECIPE, ["training.beta=0.5"]).recipe.training
@@ -35,8 +30,8 @@ def test_distill_reads_prompts_and_forwards_the_teacher(repo):
     ("training.vllm_mode=server", "training.vllm_mode", "use_vllm"),
     ("data.datasets[0].chosen_column=x", "data.datasets[0].chosen_column", "never reads"),
 ])
-def test_distill_rules(repo, override, key, needle):
-    message = problems(repo, override)
+def test_distill_rules(recipe_problems, override, key, needle):
+    message = recipe_problems(RECIPE, override)
     assert key in message and needle in message, message
 
 

@@ -7,16 +7,10 @@ import json
 import pytest
 
 from posttrain.errors import UserError
-from posttrain.recipe.errors import RecipeError
 from posttrain.recipe.load import load_recipe
 
 RECIPE = "recipes/kto/tiny-cpu.yaml"
 
-
-def problems(repo, *overrides) -> str:
-    with pytest.raises(RecipeError) as e:
-        load_recipe(repo / RECIPE, list(overrides))
-    return str(e.value)
 
 
 def test_kto_recipe_loads_with_its_weights_live(repo):
@@ -33,8 +27,8 @@ def test_kto_recipe_loads_with_its_weights_live(repo):
     ("data.datasets[0].chosen_column=x", "data.datasets[0].chosen_column", "never reads"),
     ("training.rewards=[{name: format}]", "training.rewards", "no rewards"),
 ])
-def test_kto_rules(repo, override, key, needle):
-    message = problems(repo, *([override] if isinstance(override, str) else override))
+def test_kto_rules(recipe_problems, override, key, needle):
+    message = recipe_problems(RECIPE, *([override] if isinstance(override, str) else override))
     assert key in message and needle in message
 
 

@@ -14,11 +14,6 @@ RECIPE = "recipes/reward/tiny-cpu.yaml"
 GRPO_RM = "recipes/grpo/tiny-reward-model-cpu.yaml"
 
 
-def problems(repo, recipe, *overrides) -> str:
-    with pytest.raises(RecipeError) as e:
-        load_recipe(repo / recipe, list(overrides))
-    return str(e.value)
-
 
 def test_reward_recipe_reads_preference_pairs(repo):
     recipe = load_recipe(repo / RECIPE, ["training.center_rewards_coefficient=0.01"]).recipe
@@ -33,8 +28,8 @@ def test_reward_recipe_reads_preference_pairs(repo):
     ("training.train_sampling_strategy=group_by_length", "training.train_sampling_strategy", "infer lengths"),
     ("training.center_rewards_coefficient=-0.1", "training.center_rewards_coefficient", "positive"),
 ])
-def test_reward_recipe_rules(repo, override, key, needle):
-    message = problems(repo, RECIPE, override)
+def test_reward_recipe_rules(recipe_problems, override, key, needle):
+    message = recipe_problems(RECIPE, override)
     assert key in message and needle in message
 
 
@@ -43,8 +38,8 @@ def test_reward_recipe_rules(repo, override, key, needle):
     ("[{weight: 2.0}]", "one of the two"),
     ("[{model: runs/rm, answer_column: gold}]", "takes no options"),
 ])
-def test_a_reward_is_a_function_or_a_model(repo, rewards, needle):
-    assert needle in problems(repo, GRPO_RM, f"training.rewards={rewards}")
+def test_a_reward_is_a_function_or_a_model(recipe_problems, rewards, needle):
+    assert needle in recipe_problems(GRPO_RM, f"training.rewards={rewards}")
 
 
 def test_a_reward_model_reaches_trl_with_its_weight(repo):

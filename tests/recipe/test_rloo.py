@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from posttrain.recipe.errors import RecipeError
 from posttrain.recipe.load import load_recipe
 
 RECIPE = "recipes/rloo/tiny-cpu.yaml"
 
-
-def problems(repo, *overrides) -> str:
-    with pytest.raises(RecipeError) as e:
-        load_recipe(repo / RECIPE, list(overrides))
-    return str(e.value)
 
 
 def test_rloo_takes_grpo_rewards_and_keeps_trls_beta(repo):
@@ -30,8 +24,8 @@ def test_rloo_takes_grpo_rewards_and_keeps_trls_beta(repo):
     ("data.datasets[0].chosen_column=x", "data.datasets[0].chosen_column", "never reads"),
     ("training.vllm_mode=colocate", "training.vllm_mode", "use_vllm"),
 ])
-def test_rloo_rules(repo, override, key, needle):
-    message = problems(repo, override)
+def test_rloo_rules(recipe_problems, override, key, needle):
+    message = recipe_problems(RECIPE, override)
     assert key in message and needle in message
 
 
