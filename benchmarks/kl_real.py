@@ -346,8 +346,8 @@ def render(result: dict, compare_md: str) -> str:
                   for p, d in result["diagnostic"].items()]
     lines += ["", "## Health flags raised during training", ""]
     for name, flags in result["health"].items():
-        shown = [f"{f['name']} (steps {f['first_step']}-{f['last_step']})" for f in flags]
-        lines.append(f"- {name}: {', '.join(shown) if shown else 'none'}")
+        shown = [f"{f['name']} (steps {f['first_step']}-{f['last_step']}: {f['detail']})" for f in flags]
+        lines.append(f"- {name}: {'; '.join(shown) if shown else 'none'}")
     hyp = result["hypotheses"]
     lines += ["", "## The plan's hypotheses", ""]
     for key in ("H0", "H1", "H2", "H3"):
