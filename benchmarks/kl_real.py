@@ -283,7 +283,7 @@ def _pooled(pooled: list[dict], a: str, b: str, metric: str = "loose") -> dict |
 
 
 def _diff(c: dict, a: str) -> float:
-    """B - A of a pooled comparison, oriented as 'a' against the other."""
+    """The other arm's accuracy minus ``a``'s in a pooled comparison (compare reports B - A, in its own order)."""
     return c["delta"] if c["arm_a"] == a else -c["delta"]
 
 
@@ -299,9 +299,8 @@ def decide(meta: dict, arms: dict, diagnostic: dict, pooled: list[dict]) -> dict
                    "base_loose": free, "forced_think_loose": think, "forced_empty_think_loose": empty}
     primary = _pooled(pooled, a, b)
     verdict = primary and primary.get("conservative_verdict")
-    regression = primary is not None and verdict == "significant regression" and primary["arm_a"] == a
-    if primary is not None and primary["arm_a"] == b:  # oriented the other way: B's loss is A's gain
-        regression = verdict == "significant improvement"
+    # compare may order the pair either way: beta 0 losing is a regression from beta 0.04, an improvement from beta 0
+    regression = primary is not None and verdict == ("significant regression" if primary["arm_a"] == a else "significant improvement")
     h["H1"] = {"holds": bool(regression), "verdict": verdict, "comparison": primary}
     h["H2"] = {"holds": arms[b]["empty_think"] >= 0.5 and arms[a]["empty_think"] < 0.5,
                "empty_think_beta0": arms[b]["empty_think"], "empty_think_beta0.04": arms[a]["empty_think"]}
