@@ -203,7 +203,7 @@ def _children(ps) -> list:
 
 def read_logs(name: str, out_dir: Path, stdout: str) -> tuple[list[dict], dict]:
     """(per-step logs, train summary) from the peers' JSON line or posttrain's metrics.jsonl."""
-    if name == "posttrain":
+    if name.startswith("posttrain"):  # the --lora-probe contestant too
         records = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
         summary = next((r for r in reversed(records) if "train_runtime" in r), {})
         return [r for r in records if "train_runtime" not in r], summary

@@ -86,6 +86,8 @@ def test_the_lora_probe_is_a_fourth_row_with_its_own_ratios(repo, tmp_path):
     assert stop.value.code == 2
     recipe = race.posttrain_recipe("sft", tmp_path, tmp_path / "d.jsonl", tmp_path / "out", lora=True, targets=["q_proj", "v_proj"])
     assert "  use_lora: true\n  lora_target_modules: [q_proj, v_proj]\n" in recipe
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "num_tokens": 10}\n{"train_runtime": 2.0}\n')
+    assert race.read_logs(race.PROBE, tmp_path, stdout="") == ([{"step": 1, "num_tokens": 10}], {"train_runtime": 2.0})  # its own log, as posttrain's
     c = {"real_tokens": 1000, "real_tokens_per_s": 12.5, "steps": 5, "wall_s": 100.0, "eval_loss": 1.2, "wall_to_common_eval_loss_s": 90.0,
          "peak_tree_rss_mb": 900, "main_peak_rss_mb": 800, "timed_out": False}
     same = {k: 1.0 for k in ("real_tokens_per_s", "wall_s", "cpu_s", "peak_tree_rss_mb", "wall_to_common_eval_loss_s")}
