@@ -450,8 +450,8 @@ def table(results: dict) -> str:
             mine = "posttrain (q, v)" if mine == PROBE else mine
             if q.get("bound") == "lower":
                 rate = "prompts/s" if grpo else "tokens/s"
-                key = "prompts_per_s" if grpo else "real_tokens_per_s"
-                lines.append(f"\n{mine} / {peer_label} (stopped at the limit: bounds): {rate} >= {q[key]:.2f}x, "
+                bound = q["prompts_per_s" if grpo else "real_tokens_per_s"]
+                lines.append(f"\n{mine} / {peer_label} (stopped at the limit: bounds): {rate} >= {bound:.2f}x, "
                              f"wall <= {q['wall_s']:.2f}x")
                 continue
             extra = (f"steps/s {fmt(q['steps_per_s'], '.2f')}x" if grpo else
