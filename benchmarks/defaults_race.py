@@ -388,7 +388,10 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
             c["wall_to_common_eval_loss_s"] = next((p["seconds"] for p in c["eval_curve"] if p["eval_loss"] <= target + 1e-9), None)
     for mine, peer in [("posttrain", "trl"), ("posttrain", "fairl")] + ([(PROBE, "trl"), (PROBE, "posttrain")] if args.lora_probe else []):
         pt, other = result["contestants"][mine], result["contestants"][peer]
-        if other["timed_out"] and not pt["timed_out"]:
+        if pt["timed_out"]:  # nothing measured to divide
+            result[f"{mine}_vs_{peer}"] = {"bound": "none"}
+            continue
+        if other["timed_out"]:
             result[f"{mine}_vs_{peer}"] = lower_bounds(algorithm, pt, args.timeout)
             continue
         result[f"{mine}_vs_{peer}"] = {
@@ -448,6 +451,9 @@ def table(results: dict) -> str:
             mine, peer = key.split("_vs_")
             q, peer_label = r[key], {"trl": "TRL", "fairl": "FAI-RL", "posttrain": "posttrain"}[peer]
             mine = "posttrain (q, v)" if mine == PROBE else mine
+            if q.get("bound") == "none":
+                lines.append(f"\n{mine} / {peer_label}: no ratio ({mine} stopped at the limit)")
+                continue
             if q.get("bound") == "lower":
                 rate = "prompts/s" if grpo else "tokens/s"
                 bound = q["prompts_per_s" if grpo else "real_tokens_per_s"]

@@ -97,3 +97,5 @@ def test_the_lora_probe_is_a_fourth_row_with_its_own_ratios(repo, tmp_path):
     text = race.table(results)
     assert "| posttrain, LoRA on q_proj, v_proj | 1000 | 25 |" in text
     assert "posttrain (q, v) / TRL: tokens/s 2.00x" in text and "posttrain (q, v) / posttrain: tokens/s 2.00x" in text
+    results["sft"]["posttrain_vs_fairl"] = {"bound": "none"}  # posttrain itself past the limit
+    assert "posttrain / FAI-RL: no ratio (posttrain stopped at the limit)" in race.table(results)
