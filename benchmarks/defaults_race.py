@@ -387,28 +387,30 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
         for c in finished:  # first checkpoint at or below the common loss
             c["wall_to_common_eval_loss_s"] = next((p["seconds"] for p in c["eval_curve"] if p["eval_loss"] <= target + 1e-9), None)
     for mine, peer in [("posttrain", "trl"), ("posttrain", "fairl")] + ([(PROBE, "trl"), (PROBE, "posttrain")] if args.lora_probe else []):
-        pt, other = result["contestants"][mine], result["contestants"][peer]
-        if pt["timed_out"]:  # nothing measured to divide
-            result[f"{mine}_vs_{peer}"] = {"bound": "none"}
-            continue
-        if other["timed_out"]:
-            result[f"{mine}_vs_{peer}"] = lower_bounds(algorithm, pt, args.timeout)
-            continue
-        result[f"{mine}_vs_{peer}"] = {
-            "real_tokens_per_s": ratio(pt["real_tokens_per_s"], other["real_tokens_per_s"]),
-            "wall_s": ratio(pt["wall_s"], other["wall_s"]),
-            "cpu_s": ratio(pt["cpu_s"], other["cpu_s"]),
-            "peak_tree_rss_mb": ratio(pt["peak_tree_rss_mb"], other["peak_tree_rss_mb"]),
-            **({"steps_per_s": ratio(pt["steps_per_s"], other["steps_per_s"]),
-                "prompts_per_s": ratio(other["train_runtime_s"], pt["train_runtime_s"])} if algorithm == "grpo" else
-               {"wall_to_common_eval_loss_s": ratio(pt["wall_to_common_eval_loss_s"], other["wall_to_common_eval_loss_s"])}),
-        }
+        result[f"{mine}_vs_{peer}"] = ratios(algorithm, result["contestants"][mine], result["contestants"][peer], args.timeout)
     pt = result["contestants"]["posttrain"]
     if algorithm != "grpo" and pt["real_tokens_per_s"]:
         flops = (8 if algorithm == "dpo" else 6) * n_params * pt["real_tokens_per_s"]
         result["posttrain_flops"] = flops
         result["posttrain_fraction_of_matmul_peak"] = flops / peak["flops"]
     return result
+
+
+def ratios(algorithm: str, pt: dict, other: dict, limit: float) -> dict:
+    """`pt`'s numbers over `other`'s; bounds when only `other` ran past `limit`, none when `pt` did."""
+    if pt["timed_out"]:  # nothing measured to divide
+        return {"bound": "none"}
+    if other["timed_out"]:
+        return lower_bounds(algorithm, pt, limit)
+    return {
+        "real_tokens_per_s": ratio(pt["real_tokens_per_s"], other["real_tokens_per_s"]),
+        "wall_s": ratio(pt["wall_s"], other["wall_s"]),
+        "cpu_s": ratio(pt["cpu_s"], other["cpu_s"]),
+        "peak_tree_rss_mb": ratio(pt["peak_tree_rss_mb"], other["peak_tree_rss_mb"]),
+        **({"steps_per_s": ratio(pt["steps_per_s"], other["steps_per_s"]),
+            "prompts_per_s": ratio(other["train_runtime_s"], pt["train_runtime_s"])} if algorithm == "grpo" else
+           {"wall_to_common_eval_loss_s": ratio(pt["wall_to_common_eval_loss_s"], other["wall_to_common_eval_loss_s"])}),
+    }
 
 
 def lower_bounds(algorithm: str, pt: dict, limit: float) -> dict:

@@ -48,6 +48,11 @@ def check_toy_report(stdout: str, report: dict) -> None:
     assert 0 < sft["posttrain_fraction_of_matmul_peak"] < 1
 
 
+# one finished contestant's summary row, as race() aggregates it
+ROW = {"real_tokens": 1000, "real_tokens_per_s": 12.5, "steps": 5, "wall_s": 100.0, "eval_loss": 1.2, "wall_to_common_eval_loss_s": 90.0,
+       "peak_tree_rss_mb": 900, "main_peak_rss_mb": 800, "cpu_s": 90.0, "train_runtime_s": 80.0, "timed_out": False}
+
+
 def test_a_contestant_past_the_limit_is_a_bound_and_the_race_goes_on(repo):
     """A run past --timeout is stopped (its whole process tree), reported as '> LIMIT', and posttrain's
     ratios against it are lower bounds; the race does not stop."""
@@ -64,8 +69,7 @@ def test_a_contestant_past_the_limit_is_a_bound_and_the_race_goes_on(repo):
     bounds = race.lower_bounds("sft", posttrain, 900)
     assert bounds["bound"] == "lower" and bounds["real_tokens_per_s"] == pytest.approx((900 - 20) / 80)
     assert race.lower_bounds("grpo", posttrain, 900)["prompts_per_s"] == pytest.approx(11.0)
-    c = {"real_tokens": 1000, "real_tokens_per_s": 12.5, "steps": 5, "wall_s": 100.0, "eval_loss": 1.2, "wall_to_common_eval_loss_s": 90.0,
-         "peak_tree_rss_mb": 900, "main_peak_rss_mb": 800, "timed_out": False}
+    c = dict(ROW)
     results = {"sft": {"train_rows": 40, "contestants": {"posttrain": c, "trl": {**row, "wall_s": 900.0}, "fairl": c},
                        "posttrain_vs_trl": race.lower_bounds("sft", {**c, "train_runtime_s": 80.0}, 900),
                        "posttrain_vs_fairl": {k: 1.0 for k in ("real_tokens_per_s", "wall_s", "cpu_s", "peak_tree_rss_mb",
@@ -88,8 +92,7 @@ def test_the_lora_probe_is_a_fourth_row_with_its_own_ratios(repo, tmp_path):
     assert "  use_lora: true\n  lora_target_modules: [q_proj, v_proj]\n" in recipe
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "num_tokens": 10}\n{"train_runtime": 2.0}\n')
     assert race.read_logs(race.PROBE, tmp_path, stdout="") == ([{"step": 1, "num_tokens": 10}], {"train_runtime": 2.0})  # its own log, as posttrain's
-    c = {"real_tokens": 1000, "real_tokens_per_s": 12.5, "steps": 5, "wall_s": 100.0, "eval_loss": 1.2, "wall_to_common_eval_loss_s": 90.0,
-         "peak_tree_rss_mb": 900, "main_peak_rss_mb": 800, "timed_out": False}
+    c = dict(ROW)
     same = {k: 1.0 for k in ("real_tokens_per_s", "wall_s", "cpu_s", "peak_tree_rss_mb", "wall_to_common_eval_loss_s")}
     results = {"sft": {"train_rows": 40, "contestants": {"posttrain": c, "trl": c, "fairl": c, race.PROBE: {**c, "real_tokens_per_s": 25.0}},
                        "posttrain_vs_trl": same, "posttrain_vs_fairl": same, f"{race.PROBE}_vs_trl": {**same, "real_tokens_per_s": 2.0},
@@ -97,5 +100,9 @@ def test_the_lora_probe_is_a_fourth_row_with_its_own_ratios(repo, tmp_path):
     text = race.table(results)
     assert "| posttrain, LoRA on q_proj, v_proj | 1000 | 25 |" in text
     assert "posttrain (q, v) / TRL: tokens/s 2.00x" in text and "posttrain (q, v) / posttrain: tokens/s 2.00x" in text
-    results["sft"]["posttrain_vs_fairl"] = {"bound": "none"}  # posttrain itself past the limit
+    stopped = {**c, "timed_out": True}
+    assert race.ratios("sft", stopped, c, 300) == {"bound": "none"}  # posttrain itself past the limit: no ratio
+    assert race.ratios("sft", c, stopped, 300)["bound"] == "lower"
+    assert race.ratios("sft", {**c, "real_tokens_per_s": 25.0}, c, 300)["real_tokens_per_s"] == 2.0
+    results["sft"]["posttrain_vs_fairl"] = race.ratios("sft", stopped, c, 300)
     assert "posttrain / FAI-RL: no ratio (posttrain stopped at the limit)" in race.table(results)
