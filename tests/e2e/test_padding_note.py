@@ -45,7 +45,7 @@ def run(cli, out, recipe, *overrides):
 
 def test_sft_note_names_micro_batches_that_train_the_same_rows(cli, tmp_path, varied):
     stdout, losses, tokens = run(cli, tmp_path / "padded", "recipes/sft/tiny-cpu.yaml", f"data.datasets[0].name={varied}",
-                                 "training.per_device_train_batch_size=8")
+                                 "training.per_device_train_batch_size=8", "training.micro_batching=false")
     note = next(line for line in stdout.splitlines() if line.startswith("padding: "))
     assert "in batches of 8 rows" in note
     share = int(note.split("padding: ")[1].split("%")[0])
@@ -60,6 +60,22 @@ def test_sft_note_names_micro_batches_that_train_the_same_rows(cli, tmp_path, va
     assert losses1 == pytest.approx(losses, rel=1e-5)  # the same rows per step, the same loss (float32 order aside)
     assert losses[-1] < losses[0]  # it trained, so equal losses mean something
 
+    # posttrain's own rule (the default on a CPU) times the model and picks a split or keeps the batches:
+    # whichever it picks, the start-up line, the saved TRL config and the losses say the same run
+    stdout2, losses2, tokens2 = run(cli, tmp_path / "auto", "recipes/sft/tiny-cpu.yaml", f"data.datasets[0].name={varied}",
+                                    "training.per_device_train_batch_size=8")
+    config = json.loads((tmp_path / "auto" / "trl_config.json").read_text())
+    micro, accumulation = config["per_device_train_batch_size"], config["gradient_accumulation_steps"]
+    assert micro * accumulation == 8
+    decided = [line for line in stdout2.splitlines() if "micro-batch" in line]
+    if micro < 8:
+        assert decided[0].startswith(f"training.per_device_train_batch_size = {micro}, gradient_accumulation_steps = {accumulation}  "
+                                     "(posttrain at start-up: cpu: the same 8 rows per optimizer step"), decided
+    else:
+        assert decided[0].startswith("micro-batching: batches of 8 rows kept (a pass here costs "), decided
+    assert "ms per token" in decided[0]
+    assert tokens2 == tokens and losses2 == pytest.approx(losses, rel=1e-5)
+
 
 def test_dpo_note_counts_pairs_and_the_micro_batches_train_the_same_pairs(cli, tmp_path, varied):
     pairs = [json.loads(line) for line in varied.read_text().splitlines()]
@@ -67,7 +83,8 @@ def test_dpo_note_counts_pairs_and_the_micro_batches_train_the_same_pairs(cli, t
     data.write_text("".join(json.dumps({"prompt": r["prompt"], "chosen": r["completion"], "rejected": r["completion"] + " 0"}) + "\n"
                             for r in pairs))
     common = [f"data.datasets[0].name={data}", "training.precompute_ref_log_probs=false"]
-    stdout, losses, _ = run(cli, tmp_path / "padded", "recipes/dpo/tiny-cpu.yaml", *common, "training.per_device_train_batch_size=4")
+    stdout, losses, _ = run(cli, tmp_path / "padded", "recipes/dpo/tiny-cpu.yaml", *common, "training.per_device_train_batch_size=4",
+                            "training.micro_batching=false")
     note = next(line for line in stdout.splitlines() if line.startswith("padding: "))
     assert "in batches of 4 pairs" in note and "training.gradient_accumulation_steps=4" in note
     _, losses1, _ = run(cli, tmp_path / "micro", "recipes/dpo/tiny-cpu.yaml", *common, "training.per_device_train_batch_size=1",

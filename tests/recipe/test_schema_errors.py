@@ -136,6 +136,7 @@ IMAGES = {"datasets": [{"name": "train.jsonl", "image_columns": ["image"]}]}
     (recipe(tracking={"provider": "mlflow", "tags": ["a"]}), "tracking.tags", "Set tracking.provider=wandb"),
     (recipe(tracking={"provider": "tensorboard", "project": "p"}), "tracking.project", "Set tracking.provider=wandb"),
     (recipe(tracking={"provider": "tensorboard", "run_name": "r"}), "tracking.run_name", "Set tracking.provider=wandb"),
+    (recipe(training={**GRPO, "micro_batching": False}), "training.micro_batching", "splits padded SFT and DPO batches"),
     (recipe(training={"hub_model_id": "me/model"}), "training.hub_model_id", "set training.push_to_hub=true"),
     (recipe(training={"eval_packing": True}), "training.eval_packing", "set evaluation data"),
     (recipe(training={"algorithm": "dpo", "precompute_ref_batch_size": 4, "num_train_epochs": 1}), "training.precompute_ref_batch_size",
@@ -154,6 +155,8 @@ def test_keys_that_would_change_nothing_are_refused_naming_what_makes_them_live(
     recipe(tracking={"provider": "wandb", "tags": ["a"], "project": "p", "run_name": "r"}),
     recipe(tracking={"provider": "mlflow", "project": "p", "run_name": "r"}),
     recipe(tracking={"provider": "none", "project": "p", "tags": ["a"]}),  # tracking switched off for a run
+    recipe(training={"micro_batching": False}),
+    recipe(training={"algorithm": "dpo", "micro_batching": "auto"}),
     recipe(training={"hub_model_id": "me/model", "push_to_hub": True}),
     recipe(training={"eval_packing": True, "eval_strategy": "steps"}, data={"eval_fraction": 0.1}),
     recipe(training={"algorithm": "dpo", "precompute_ref_batch_size": 4}),  # 3 epochs: posttrain precomputes

@@ -197,7 +197,7 @@ def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
     _check_built(run, trainer, drops, device, world)
     output_dir.mkdir(parents=True, exist_ok=True)
     if is_main_process():
-        _write_run_files(output_dir, recipe_text, trl_config, resume_from)
+        _write_run_files(output_dir, recipe_text, trainer.args, resume_from)  # with what start-up decided (micro-batching)
     return run, trainer
 
 
@@ -282,10 +282,16 @@ def _check_built(run: Run, trainer, drops, device, world: int) -> None:
         log(audit.render())
     drops.add_audits(run.token_audits)
     drops.check()
-    if ALGORITHMS[run.loaded_recipe.recipe.training.algorithm].padding_note and is_main_process():
+    training = run.loaded_recipe.recipe.training
+    if ALGORITHMS[training.algorithm].padding_note and is_main_process():
         from posttrain.data.padding import padding_note
 
-        note = padding_note(trainer.train_dataset, run.trl_config, device.kind)
+        from .micro_batching import split_if_faster
+
+        decided = split_if_faster(trainer, training.micro_batching, device.kind, world)
+        if decided:
+            log(decided)
+        note = padding_note(trainer.train_dataset, trainer.args, device.kind, advise=decided is None)
         if note:
             log(note)
     if world > 1:

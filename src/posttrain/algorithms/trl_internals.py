@@ -60,6 +60,9 @@ INTERNALS = [
     Internal("transformers.trainer", "Trainer", "_set_signature_columns_if_needed",
              "keeping DPO's length column for length-grouped batches (algorithms/dpo.py add_lengths)", ("dpo",),
              "self._signature_columns"),
+    Internal("transformers.trainer", "Trainer", "_train_batch_size",
+             "the CPU micro-batch split (algorithms/micro_batching.py): the batch size the dataloader takes, read from the "
+             "args when the trainer was built", ("sft", "dpo"), "batch_size=self._train_batch_size", instance=True),
     Internal("trl.trainer.grpo_trainer", "GRPOTrainer", "_generate",
              "the generation/scoring time split of each RL step (algorithms/monitor.py attach_timers)", ("grpo",),
              "self._generate("),

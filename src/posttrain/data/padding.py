@@ -1,13 +1,11 @@
 """How much of a run's batches is padding, said at start-up with what removes it on this device.
 
-TRL pads each SFT/DPO batch to its longest row. posttrain removes padding by default only where
-that cannot change what the run learns (README "No padding waste"); everywhere else the run says
-how much it pays and the exact alternative: micro-batches of one row with gradient accumulation
-train the same rows per optimizer step (TRL's sampler draws the same permutation whatever the
-batch size, and the SFT loss is normalised over the accumulated tokens) with no padding at all.
-Whether that is faster depends on the rows: measured on CPU, 1.3x (SFT) and 1.7x (DPO) on chats of
-55-480 tokens with tiny:qwen2-6m, but 2.4x *slower* on the demo's 48-token chats with the 1M model,
-where each forward pass's fixed cost outweighs the padding. So it is advice, not a default.
+TRL pads each SFT/DPO batch to its longest row. posttrain removes padding by default where that
+cannot change what the run learns (README "No padding waste"): on one CPU process the micro-batch
+rule (`algorithms.micro_batching`) splits batches when that is measured faster; elsewhere the run
+says how much it pays and the exact alternative (micro-batches of one row with gradient
+accumulation train the same rows per optimizer step with no padding at all; with flash attention on
+CUDA, padding-free batches).
 """
 
 from __future__ import annotations
@@ -50,8 +48,9 @@ def padding_share(asked: list[int], real: list[int], batch_size: int, rows_per_e
     return 1 - tokens / slots if slots else 0.0
 
 
-def padding_note(dataset, args, device_kind: str) -> str | None:
-    """One start-up line when padded batches are mostly padding, naming what removes it here."""
+def padding_note(dataset, args, device_kind: str, advise: bool = True) -> str | None:
+    """One start-up line when padded batches are mostly padding, naming what removes it here
+    (`advise=False`: only the share, when the micro-batch rule has already weighed the alternative)."""
     batch = args.per_device_train_batch_size
     if dataset is None or batch < 2 or getattr(args, "padding_free", False) or getattr(args, "packing", False):
         return None
@@ -69,6 +68,8 @@ def padding_note(dataset, args, device_kind: str) -> str | None:
     what = "pairs" if pairs else "rows"
     line = (f"padding: {share:.0%} of the token slots in batches of {batch} {what} "
             f"({what} of {min(asked)}-{max(asked)} tokens)")
+    if not advise:
+        return line
     if device_kind == "cpu":
         return (line + f"; on a CPU, training.per_device_train_batch_size=1 training.gradient_accumulation_steps={accumulation} "
                 f"trains the same {what} per step with none (faster on long rows, slower on short ones: README \"No padding waste\")")
