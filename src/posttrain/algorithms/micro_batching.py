@@ -25,7 +25,7 @@ from __future__ import annotations
 import random
 import time
 
-MIN_GAIN = 1.1  # estimated speed-up from which the batches are split: below it, noise in the timing decides
+MIN_GAIN = 1.05  # estimated speed-up from which the batches are split: below it, noise in the timing decides
 WORTH_TIMING = 0.1  # padding share below which no split can gain enough to be worth timing the model
 PROBE_TOKENS = (16, 128)  # the two pass lengths timed: short enough to be quick, apart enough to separate the costs
 REPEATS = 3
