@@ -86,7 +86,7 @@ def split_if_faster(trainer, setting, device_kind: str, world: int) -> str | Non
     """Split the trainer's batches into the micro-batches `choose` picks for this run, before it
     trains. Returns the start-up line saying what was decided and why, or None when the rule does not
     apply (not one CPU process, batches of one, padding-free or packed batches, under 10% padding)."""
-    from posttrain.data.padding import padding_share, row_lengths
+    from posttrain.data.padding import padding_share, row_lengths, sample_rows
 
     from .trl_internals import require
 
@@ -95,15 +95,16 @@ def split_if_faster(trainer, setting, device_kind: str, world: int) -> str | Non
     if setting is False or device_kind != "cpu" or world > 1 or batch < 2 or trainer.train_dataset is None \
             or any(getattr(args, key, None) for key in ("padding_free", "packing", "deepspeed", "fsdp")):
         return None
-    lengths = row_lengths(trainer.train_dataset, args.max_length)
+    lengths = row_lengths(sample_rows(trainer.train_dataset, args.seed), args.max_length)
     if lengths is None:
         return None
     asked, real = lengths
     pairs = "prompt_ids" in trainer.train_dataset.column_names
-    if padding_share(asked, real, batch, rows_per_entry=2 if pairs else 1, seed=args.seed) < WORTH_TIMING:
+    rows_per_entry = 2 if pairs else 1  # a DPO pair is two rows padded together
+    if padding_share(asked, real, batch, rows_per_entry, seed=args.seed) < WORTH_TIMING:
         return None
     fixed, per_token = pass_costs(trainer.model, trainer.model.get_input_embeddings().num_embeddings)
-    m, gain = choose(asked, batch, fixed, per_token, rows_per_entry=2 if pairs else 1, seed=args.seed)
+    m, gain = choose(asked, batch, fixed, per_token, rows_per_entry, seed=args.seed)
     what = "pairs" if pairs else "rows"
     measured = f"a pass here costs {fixed * 1e3:.0f} ms + {per_token * 1e3:.2f} ms per token"
     if m == batch or gain < MIN_GAIN:

@@ -16,6 +16,13 @@ NOTE_FROM = 0.3  # padding share from which the run says so
 SAMPLE = 20_000  # rows read to estimate it: the share of random batches needs no more
 
 
+def sample_rows(dataset, seed: int):
+    """The dataset, or SAMPLE of its rows when it is larger: padding shares need no more."""
+    if len(dataset) <= SAMPLE:
+        return dataset
+    return dataset.select(sorted(random.Random(seed).sample(range(len(dataset)), SAMPLE)))
+
+
 def row_lengths(dataset, max_length: int | None) -> tuple[list[int], list[int]] | None:
     """(padded length each row asks of its batch, real tokens it holds) of a TRL-prepared dataset, or None.
 
@@ -54,8 +61,7 @@ def padding_note(dataset, args, device_kind: str, advise: bool = True) -> str | 
     batch = args.per_device_train_batch_size
     if dataset is None or batch < 2 or getattr(args, "padding_free", False) or getattr(args, "packing", False):
         return None
-    if len(dataset) > SAMPLE:
-        dataset = dataset.select(sorted(random.Random(args.seed).sample(range(len(dataset)), SAMPLE)))
+    dataset = sample_rows(dataset, args.seed)
     lengths = row_lengths(dataset, args.max_length)
     if lengths is None:
         return None
