@@ -59,6 +59,8 @@ for line in sys.stdin:
         os.environ.clear()
         os.environ.update(request["env"])
         sys.path[:] = [request["cwd"], *[p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p], *base]
+        if importlib.util.find_spec("sitecustomize"):  # as Python's start-up (site.py) imports it
+            importlib.import_module("sitecustomize")
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         for fd, path in ((1, request["stdout"]), (2, request["stderr"])):

@@ -18,7 +18,7 @@ def test_rollout_speed_toy(repo, tiny_dir, tmp_path):
            "--max-new-tokens", "4", "--repeats", "1", "--out", str(out)]
     result = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "same samples as eval-mode generate (seeded): yes; same greedy tokens: yes" in result.stdout
+    assert "rollout draws at top_k=1 same as eval-mode generate: yes; same greedy tokens: yes" in result.stdout
     report = json.loads(out.read_text())
     assert report["limits"]["matmul_gflops"] > 0 and report["limits"]["read_gbs"] > 0
     rows = {(r["setting"].split(" (")[0], r["contestant"]): r for r in report["rows"]}
@@ -27,4 +27,4 @@ def test_rollout_speed_toy(repo, tiny_dir, tmp_path):
     for row in rows.values():
         assert row["tokens_per_s"] > 0 and 0 < row["flops_share"] < 1 and row["rows"] == 4
     (model,) = report["models"]
-    assert model["rollout_same_samples"] and model["eval_same_tokens"] and model["parameters"] > 0
+    assert model["rollout_same_policy"] and model["eval_same_tokens"] and model["parameters"] > 0

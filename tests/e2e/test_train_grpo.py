@@ -18,9 +18,10 @@ def grpo(cli, out: Path, *overrides, recipe="recipes/grpo/tiny-cpu.yaml", env=No
     args = ["train", "--recipe", recipe, f"training.output_dir={out}", *GRPO_ARGS]
     if data_dir is not None:
         args.append(f"data.datasets[0].name={data_dir / 'problems.jsonl'}")
-    # keep an outer PYTHONPATH (a worktree's src) ahead of the installed package
-    pythonpath = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
-    result = cli(*args, *overrides, env={"PYTHONPATH": pythonpath, **(env or {})})
+    # keep an outer PYTHONPATH (a worktree's src) ahead of the installed package, and add env's
+    env = dict(env or {})
+    pythonpath = os.pathsep.join(filter(None, [env.pop("PYTHONPATH", None), str(HERE), os.environ.get("PYTHONPATH")]))
+    result = cli(*args, *overrides, env={"PYTHONPATH": pythonpath, **env})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 
@@ -202,13 +203,15 @@ def test_cpu_bf16_generates_in_float32_and_trains_in_bf16(tmp_path, data_dir, re
 
 
 def test_posttrain_rollouts_train_the_same_run_as_transformers_generate(cli, tmp_path, beta_runs, data_dir):
-    """training.rollout_engine=posttrain (the default) against TRL's own model.generate, same seed: the
-    same completions, so every step's reward, KL and loss agree; the log says which engine ran, and
-    the run measures its generation tokens/s."""
+    """training.rollout_engine=posttrain (the default) against TRL's own model.generate, same seed and
+    the same draw rule (posttrain's own draws one uniform per row: the same distribution, other
+    samples; generate_draws/ swaps in generate's): the same completions, so every step's reward, KL
+    and loss agree; the log says which engine ran, and the run measures its generation tokens/s."""
     result = grpo(cli, tmp_path / "hf", "training.rollout_engine=transformers", data_dir=data_dir)
     assert "rollouts: transformers' generate (training.rollout_engine=transformers)" in result.stdout
     assert "rollouts: posttrain's decoding loop (training.rollout_engine=posttrain)" in (beta_runs / "default.log").read_text()
-    ours, theirs = ([r for r in metrics(out) if "loss" in r] for out in (beta_runs / "default", tmp_path / "hf"))
+    grpo(cli, tmp_path / "ours", data_dir=data_dir, env={"PYTHONPATH": str(HERE / "generate_draws")})
+    ours, theirs = ([r for r in metrics(out) if "loss" in r] for out in (tmp_path / "ours", tmp_path / "hf"))
     assert len(ours) == len(theirs) == 4
     for a, b in zip(ours, theirs):
         assert a["reward"] == pytest.approx(b["reward"], abs=1e-6)

@@ -1,6 +1,7 @@
 """posttrain's decoding loop against transformers' `generate` on the same model, batch and settings:
-the same greedy tokens (float32), the same samples for the same seed, the same distribution for
-independent seeds (a chi-square test), and a model left exactly as it was.
+the same greedy tokens (float32), the same distribution for independent seeds (chi-square tests, of
+the sampler alone and of whole decodes), the same seed giving the same samples, and a model left
+exactly as it was.
 
 Exact comparisons run on one thread: multi-threaded MKL may split a product differently from one
 call to the next when the machine is busy (its dynamic threading), so two runs of `generate` itself
@@ -11,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posttrain.generation.decoding import decode, unsupported
+from posttrain.generation.decoding import decode, sample, unsupported
 from posttrain.generation.inference_weights import inference_linears
 
 
@@ -77,16 +78,40 @@ def test_greedy_tokens_equal_generate(tiny, adapter):
     assert expected.shape[1] > ids.shape[1] + 4 and (expected[0, ids.shape[1] + 4:] == tokenizer.pad_token_id).all()
 
 
-def test_same_seed_same_samples(tiny):
-    """One multinomial draw per step over the whole batch, after transformers' own warpers: with the
-    same seed the samples are generate's (the first token of each group comes from a shared prefill)."""
+def test_sampler_draws_each_token_with_its_probability():
+    """`sample` against the exact probabilities: rows with removed tokens (probability 0, never drawn),
+    a token of 1e-4 and a near-certain one; 200,000 draws per row, a chi-square goodness-of-fit test."""
+    from scipy.stats import chisquare
+
+    vocab = 1000
+    probs = torch.zeros(3, vocab)
+    probs[0, [3, 500, 999]] = torch.tensor([0.5, 0.3, 0.2])  # a top-k row, the last token kept
+    probs[1] = torch.softmax(torch.linspace(-4, 4, vocab), -1)  # every token possible
+    probs[2, [0, 1, 2]] = torch.tensor([1e-4, 0.9999 - 0.3, 0.3])  # a rare first token
+    torch.manual_seed(0)
+    draws = torch.stack([sample(probs) for _ in range(200_000)])
+    for row in range(3):
+        counts = torch.bincount(draws[:, row], minlength=vocab).double()
+        assert counts[probs[row] == 0].sum() == 0  # removed tokens are never drawn
+        expected = probs[row].double() * len(draws)
+        big = expected >= 5  # the rest (if any) pooled into one cell: every cell expects at least 5 draws
+        observed, expected = torch.cat([counts[big], counts[~big].sum()[None]]), torch.cat([expected[big], expected[~big].sum()[None]])
+        observed, expected = observed[expected > 0], expected[expected > 0]
+        assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 0.001
+    assert 5 <= (draws[:, 2] == 0).sum() <= 45  # the 1e-4 token: 20 expected
+
+
+def test_same_seed_same_samples_and_top_k_1_is_greedy(tiny):
+    """Seeded alike, two decodes sample the same tokens (a run can be repeated); at top_k=1 the
+    samples are `generate`'s greedy tokens (the warpers reach the sampler, which draws the policy)."""
     model, tokenizer = tiny
     ids, mask = batch(tokenizer, QUESTIONS, copies=4)
     cfg = config(tokenizer, max_new_tokens=10, do_sample=True, temperature=0.8, top_p=0.9, top_k=0)
-    torch.manual_seed(7)
-    expected = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
-    torch.manual_seed(7)
-    assert torch.equal(decode(model, ids, mask, cfg), expected)
+    first, second = (torch.manual_seed(7), decode(model, ids, mask, cfg))[1], (torch.manual_seed(7), decode(model, ids, mask, cfg))[1]
+    assert torch.equal(first, second)
+    assert not torch.equal(first, (torch.manual_seed(8), decode(model, ids, mask, cfg))[1])
+    greedy = model.generate(input_ids=ids, attention_mask=mask, generation_config=config(tokenizer, max_new_tokens=10, do_sample=False))
+    assert torch.equal(decode(model, ids, mask, config(tokenizer, max_new_tokens=10, do_sample=True, temperature=0.8, top_k=1)), greedy)
 
 
 def test_sampling_distribution_matches_generate(tiny):

@@ -13,14 +13,18 @@ does about each (benchmarks/rollout_speed.py measures it side by side):
   prompt's keys and values are computed for one copy and repeated in the cache;
 - **no cache copies**: keys and values go into buffers sized for the whole generation
   (`preallocated_cache`; the default cache concatenates, copying every layer's cache per token);
-- **logits only where they are sampled**: the prefill asks the model for the last position's logits.
+- **logits only where they are sampled**: the prefill asks the model for the last position's logits;
+- **one uniform draw per row on a CPU** (`sample`: the inverse of the cumulative distribution) instead of
+  `torch.multinomial`'s exponential draw for every vocabulary entry: 14 ms of a 16-row SmolLM2
+  decode step on one avx512 core (28 ms on AVX2) against 0.7 ms. The same distribution, not the same
+  draws: seeded alike, sampled tokens differ from `generate`'s (greedy ones do not).
 
 What stays the same as `generate`: the model's own forward (any architecture transformers runs with
 a KV cache), left padding with position ids from the attention mask, the logits processors
 (transformers' own temperature / top-k / top-p / min-p warpers, applied in `generate`'s order to
-float32 logits), one `torch.multinomial` draw per step over the whole batch from the global RNG,
-eos handling (a finished row continues with pad) and the returned shape. So with the same seed the
-samples are `generate`'s up to float32 rounding. Anything else in the generation config (beams,
+float32 logits), draws from the global RNG, eos handling (a finished row continues with pad) and the
+returned shape. So greedy tokens are `generate`'s up to float32 rounding, and samples come from the
+same distribution (tests/generation/test_fast_decode.py). Anything else in the generation config (beams,
 repetition penalty, min_new_tokens, suppressed tokens, streamers, ...) is not implemented here:
 `unsupported` names it and the caller uses `generate` itself.
 """
@@ -135,7 +139,7 @@ def decode(model, input_ids, attention_mask, generation_config, *, weights: bool
         for step in range(config.max_new_tokens):
             scores = chain(sequences, logits)
             if config.do_sample:
-                token = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+                token = sample(torch.softmax(scores, dim=-1))
             else:
                 token = scores.argmax(-1)
             token = torch.where(unfinished, token, torch.full_like(token, pad))
@@ -148,6 +152,22 @@ def decode(model, input_ids, attention_mask, generation_config, *, weights: bool
                         use_cache=True, **{forward_kwargs["cache"]: cache}, **forward_kwargs["extra"])
             logits = out.logits[:, -1].float()
     return sequences
+
+
+def sample(probs):
+    """One token per row of `probs` (rows of a distribution, zeros where a warper removed a token).
+    On a CPU: by inverting the cumulative distribution with one uniform per row. CPU cumsum adds in
+    float64 in order, so a token's share of [0, total) is its probability up to one float32 rounding
+    and a token of probability 0 has none: it is never drawn. Elsewhere `torch.multinomial`, whose
+    exponential draws are cheap on a GPU, and whose parallel cumsum would not give that guarantee."""
+    import torch
+
+    if probs.device.type != "cpu":
+        return torch.multinomial(probs, num_samples=1).squeeze(1)
+    cdf = probs.cumsum(-1)
+    total = cdf[:, -1:]
+    u = torch.minimum(torch.rand_like(total) * total, torch.nextafter(total, torch.zeros_like(total)))  # u < total
+    return torch.searchsorted(cdf, u, right=True).squeeze(1)  # the first token whose running sum exceeds u
 
 
 def preallocated_cache(model_config, capacity: int):
