@@ -76,7 +76,8 @@ class RLTrainingBase(TrainingBase):
         "posttrain",
         description="What generates the completions when use_vllm is off. 'posttrain': posttrain's decoding loop "
         "(generation/decoding.py: CPU weights pre-packed and kept while unchanged, LoRA without dropout, each prompt "
-        "prefilled once for its group, no cache copies; the same tokens as transformers' generate up to float32 rounding, sampled without LoRA "
+        "prefilled once for its group, no cache copies, one uniform draw per row on a CPU; greedy tokens as transformers' "
+        "generate's up to float32 rounding, samples from the same distribution (not the same draws), without LoRA "
         "dropout), falling back to generate for settings it does not implement (said at start-up). 'transformers': "
         "TRL's own model.generate. README 'Rollouts and evaluation' has the measurements.",
     )
