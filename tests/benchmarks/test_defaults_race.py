@@ -80,7 +80,7 @@ def test_a_contestant_past_the_limit_is_a_bound_and_the_race_goes_on(repo):
 
 
 def test_a_variant_of_posttrain_is_its_own_row_with_its_own_ratios(repo, tmp_path):
-    """--lora-probe races posttrain again with TRL's LoRA targets (--padded: with padded batches): its recipe adapts q_proj and v_proj
+    """--lora-probe races posttrain again with TRL's LoRA targets (--padded: with padded batches; --dropout-probe: LoRA dropout 0): its recipe adapts q_proj and v_proj
     only, its row and its ratios against TRL and posttrain appear; without --real it is refused."""
     sys.path.insert(0, str(repo / "benchmarks"))
     import defaults_race as race
@@ -90,6 +90,10 @@ def test_a_variant_of_posttrain_is_its_own_row_with_its_own_ratios(repo, tmp_pat
     assert stop.value.code == 2
     recipe = race.posttrain_recipe("sft", tmp_path, tmp_path / "d.jsonl", tmp_path / "out", lora=True, variant=race.PROBE)
     assert "  use_lora: true\n  lora_target_modules: [q_proj, v_proj]\n" in recipe
+    assert "  use_lora: true\n  lora_dropout: 0.0\n" in race.posttrain_recipe("sft", tmp_path, tmp_path / "d.jsonl", tmp_path / "o", lora=True,
+                                                                              variant=race.NODROP)
+    with pytest.raises(SystemExit):
+        race.main(["--dropout-probe", "--toy"])
     padded = race.posttrain_recipe("dpo", tmp_path, tmp_path / "d.jsonl", tmp_path / "out", variant=race.PADDED)
     assert padded.endswith("  logging_steps: 1\n  micro_batching: false\n  save_steps: 0.2\n") and "use_lora" not in padded
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "num_tokens": 10}\n{"train_runtime": 2.0}\n')
