@@ -158,11 +158,16 @@ def test_generate_eval_compare(cli, tmp_path, smollm2, sft_adapter):
 
 
 def test_posttrain_decoding_gives_generates_tokens(smollm2):
-    """posttrain's decoding loop (rollouts, eval) on the real model: generate's greedy tokens and,
-    seeded alike, its samples, for chat prompts of different lengths in one left-padded batch, with
-    a group of identical prompts prefilled once. One thread: see tests/generation/test_fast_decode.py."""
+    """posttrain's decoding loop (rollouts, eval) on the real model: generate's greedy tokens for chat
+    prompts of different lengths in one left-padded batch, with a group of identical prompts prefilled
+    once; sampled through the warpers at top_k=1, the same tokens; sampled at temperature 0.8 and
+    top_p 0.95, first tokens drawn with the probabilities generate draws from (its own warpers; a
+    chi-square goodness-of-fit test, 2,000 draws; the draws themselves differ from generate's by
+    design). The exact comparisons run on one thread: see tests/generation/test_fast_decode.py."""
     import torch
+    from scipy.stats import chisquare
     from transformers import GenerationConfig
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
     from posttrain.generation.decoding import decode
     from posttrain.generation.local import load_for_generation
@@ -174,12 +179,29 @@ def test_posttrain_decoding_gives_generates_tokens(smollm2):
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+
+    def config(**settings):
+        return GenerationConfig(eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id, **settings)
+
     try:
-        for settings in (dict(do_sample=False), dict(do_sample=True, temperature=0.8, top_p=0.95, top_k=0)):
-            config = GenerationConfig(max_new_tokens=10, eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id, **settings)
-            torch.manual_seed(3)
-            expected = model.generate(input_ids=enc.input_ids, attention_mask=enc.attention_mask, generation_config=config)
-            torch.manual_seed(3)
-            assert torch.equal(decode(model, enc.input_ids, enc.attention_mask, config), expected), settings
+        greedy = model.generate(input_ids=enc.input_ids, attention_mask=enc.attention_mask, generation_config=config(max_new_tokens=10, do_sample=False))
+        assert torch.equal(decode(model, enc.input_ids, enc.attention_mask, config(max_new_tokens=10, do_sample=False)), greedy)
+        top1 = config(max_new_tokens=10, do_sample=True, temperature=0.8, top_p=0.95, top_k=1)
+        assert torch.equal(decode(model, enc.input_ids, enc.attention_mask, top1), greedy)
+
+        torch.set_num_threads(threads)  # a distribution, not exact tokens: any thread count
+        group = tokenizer([texts[1]] * 2000, return_tensors="pt", add_special_tokens=False)  # one prefill: a GRPO group
+        ours = decode(model, group.input_ids, group.attention_mask, config(max_new_tokens=1, do_sample=True, temperature=0.8, top_p=0.95))
+        counts = torch.bincount(ours[:, -1], minlength=model.config.vocab_size).double()
+        with torch.inference_mode():  # what generate draws from: its own warpers on the last position's logits
+            logits = model(input_ids=group.input_ids[:1]).logits[:, -1].float()
+        probs = torch.softmax(TopPLogitsWarper(0.95)(None, TemperatureLogitsWarper(0.8)(None, logits)), -1)[0].double()
+        assert counts[probs == 0].sum() == 0  # nothing top_p removed is drawn
+        expected = probs * len(ours)
+        big = expected >= 5  # the rest pooled into one cell
+        observed, expected = torch.cat([counts[big], counts[~big].sum()[None]]), torch.cat([expected[big], expected[~big].sum()[None]])
+        observed, expected = observed[expected > 0], expected[expected > 0]
+        assert len(observed) >= 4  # the test has something to compare
+        assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 0.001, (observed, expected)
     finally:
         torch.set_num_threads(threads)
