@@ -14,8 +14,11 @@ tokens) and 2.4x *slower* as 1 x 16 (the demo's 30-48-token chats, 1M model).
 So the split is chosen, not assumed: `choose` takes the micro-batch size m (a divisor of the batch)
 that minimises the estimated step time, passes(m) x fixed + token slots(m) x per token, over the
 run's own token lengths, with `fixed` and `per token` timed on the run's own model at start-up
-(`pass_costs`: a forward and backward at two lengths, a second or so on a real model). A split is
-taken when it is estimated at least 10% faster. Only one CPU process decides alone (several would
+(`pass_costs`: a forward and backward at two lengths, a few seconds on a real model). A split is
+taken when it is estimated at least MIN_GAIN faster (the linear model underestimates what a split
+gains: padded batches also hold more activations). The decision rests on a timing, so two runs on a
+busy machine may pick different splits: the same losses either way, and the start-up line and
+trl_config.json say which. Only one CPU process decides alone (several would
 have to agree; a GPU's batches are rows in parallel, where padding costs far less); the recipe's
 `training.micro_batching: false` keeps the batches as they are.
 """
