@@ -107,9 +107,13 @@ def test_same_seed_same_samples_and_top_k_1_is_greedy(tiny):
     model, tokenizer = tiny
     ids, mask = batch(tokenizer, QUESTIONS, copies=4)
     cfg = config(tokenizer, max_new_tokens=10, do_sample=True, temperature=0.8, top_p=0.9, top_k=0)
-    first, second = (torch.manual_seed(7), decode(model, ids, mask, cfg))[1], (torch.manual_seed(7), decode(model, ids, mask, cfg))[1]
-    assert torch.equal(first, second)
-    assert not torch.equal(first, (torch.manual_seed(8), decode(model, ids, mask, cfg))[1])
+
+    def seeded(seed):
+        torch.manual_seed(seed)
+        return decode(model, ids, mask, cfg)
+
+    assert torch.equal(seeded(7), seeded(7))
+    assert not torch.equal(seeded(7), seeded(8))
     greedy = model.generate(input_ids=ids, attention_mask=mask, generation_config=config(tokenizer, max_new_tokens=10, do_sample=False))
     assert torch.equal(decode(model, ids, mask, config(tokenizer, max_new_tokens=10, do_sample=True, temperature=0.8, top_k=1)), greedy)
 
