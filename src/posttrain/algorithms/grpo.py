@@ -102,8 +102,9 @@ def route_generate(trainer, engine: str, timers=None) -> str:
     against 21.2 s of a run), while the log-prob and training passes stay in bf16 (1.6-1.8x faster).
     The old-policy log-probs the loss uses come from those passes, not from generation.
     """
-    from posttrain.generation.decoding import decode, unsupported
+    import torch
 
+    from posttrain.generation.decoding import decode, unsupported
     from posttrain.generation.inference_weights import forget_trained
 
     model = trainer.model
@@ -133,7 +134,18 @@ def route_generate(trainer, engine: str, timers=None) -> str:
             timers.add_decoded(new_tokens(out[:, input_ids.shape[1]:], generation_config), time.perf_counter() - started)
         return out
 
+    def drop_before_training(module, args, kwargs):
+        # The trained weights' packed and merged copies (one copy of every adapted layer: 425 MB on
+        # SmolLM2 with LoRA, the whole model in a full fine-tune) would otherwise sit beside the
+        # training pass's activations; the next rollout makes them again anyway, the weights having
+        # changed. Log-prob passes run without gradients and keep them; so do a step's tool turns.
+        if packed_at_step[0] is not None and torch.is_grad_enabled():
+            forget_trained(model)
+            packed_at_step[0] = None
+
     model.generate = generate
+    if fast:
+        model.register_forward_pre_hook(drop_before_training, with_kwargs=True)
     which = "posttrain's decoding loop (training.rollout_engine=posttrain)" if fast else \
         "transformers' generate" + (" (ZeRO-3/FSDP)" if sharded and engine == "posttrain" else " (training.rollout_engine=transformers)")
     return f"rollouts: {which}" + ("; float32 forward for generation (bf16 autocast on a CPU is slower there)" if float32 else "")
