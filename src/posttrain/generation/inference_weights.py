@@ -10,8 +10,9 @@ weight once, and the linear layers are most of a decode step (82% on SmolLM2, CP
   2-core AVX2 machine, 8 rows, one thread: 576x1536 1.2x faster, 1536x576 1.5x, SmolLM2's 576x49152
   lm_head 2.1x. Packing costs about three decode steps, so packed weights are kept between calls.
   A trainer must call `forget_trained(model)` after changing weights (GRPO's rollouts do it when the
-  step changed, and when a training pass begins, so the copies do not sit beside its activations): a fused optimizer writes parameters without bumping their version, so a version
-  check alone would miss it. Frozen weights (a LoRA run's base and lm_head) are kept for the run.
+  step changed, and when a training pass begins, so the copies do not sit beside its activations):
+  a fused optimizer writes parameters without bumping their version, so a version check alone would
+  miss it. Frozen weights (a LoRA run's base and lm_head) are kept for the run.
 - **LoRA merged** into a copy of the weight (W + s·B·A): one product instead of the base product,
   dropout and two thin products per layer and token, and without LoRA dropout: a model in training
   mode (TRL generates in training mode) would otherwise sample through dropout, from a perturbed

@@ -33,7 +33,8 @@ class ModelSection(Section):
     use_lora: bool = Field(False, description="Train a LoRA adapter instead of all weights; checkpoints then hold only the adapter.")
     lora_r: StrictInt = Field(16, ge=1, description="LoRA rank.")
     lora_alpha: StrictInt = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r).")
-    lora_dropout: float = Field(0.05, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
+    lora_dropout: float = Field(0.05, ge=0.0, lt=1.0, description="Dropout on the LoRA input (TRL's default). On a CPU "
+                                "its random masks cost: 0 trained SmolLM2 SFT 1.31x faster at the same eval loss.")
     lora_target_modules: list[str] | Literal["all-linear"] = Field(
         "all-linear", description="Modules that get adapters: 'all-linear' or a list of names such as [q_proj, v_proj]."
     )
