@@ -193,6 +193,12 @@ def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
               _callbacks(recipe, monitor, output_dir, recipe_text, storage, stop, segments, resume_from), reports, resume_from, storage,
               lock, monitor, prompt_audits, toolbox, segments, stop, argv)
     trainer = build_trainer(run)  # user rewards import here: a failure leaves output_dir as it was
+    if device.kind == "cpu":  # before the micro-batch rule times a step
+        from posttrain.models.cpu_dropout import cheaper_lora_dropout
+
+        note = cheaper_lora_dropout(trainer.model)
+        if note:
+            log(note)
     monitor_first(trainer, monitor)
     _check_built(run, trainer, drops, device, world)
     output_dir.mkdir(parents=True, exist_ok=True)
