@@ -262,8 +262,13 @@ def _load_model(recipe, device, trl_config, seed: int) -> LoadedModel:
         if is_local_main_process():
             resolve_model_sources(recipe.model)
     loaded = load_model(recipe.model, device, vision=recipe.uses_images, reward_head=ALGORITHMS[recipe.training.algorithm].reward_head)
+    if device.kind == "cpu" and trl_config.bf16 and recipe.model.attn_implementation is None and not recipe.uses_images:
+        from posttrain.models.cpu_attention import use_on_cpu
+
+        loaded.notes.append(use_on_cpu(loaded.model))
     for note in loaded.notes:
-        log(note)
+        if note:
+            log(note)
     return loaded
 
 

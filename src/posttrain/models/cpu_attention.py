@@ -1,0 +1,75 @@
+"""Attention for training passes on a CPU that computes bf16 natively.
+
+There posttrain trains under bf16 autocast (models/loading.py), and PyTorch's sdpa then runs its
+CPU flash kernel in bf16, whose backward pass is slow for short sequences: one SmolLM2 attention
+layer (9 query / 3 key-value heads, 8 rows x 130 tokens, padding mask) took 19.3 ms forward +
+backward against 9.2 ms for the model's own eager attention (matmul, softmax, matmul); at 256 keys
+15.7 against 8.8 ms, at 512 keys eager loses (82 against 53 ms), and without gradients sdpa is
+faster at every length (benchmarks/cpu_training_step.py measures both and the whole step).
+`short_eager_else_sdpa` therefore takes the model's eager attention for gradient-enabled passes
+in bf16 or fp16 over at most `SHORT_KEYS` keys, and sdpa everywhere else (float32, generation,
+reference log-probs, long rows). Both compute exact attention; they differ in rounding only.
+
+It is registered with transformers' AttentionInterface as "posttrain_cpu" (masks built as sdpa's),
+and `use_on_cpu` sets it on a model loaded with sdpa. transformers never writes the name into a
+saved config.json, so saved models load anywhere as before.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from transformers import AttentionInterface, AttentionMaskInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import sdpa_mask
+
+NAME = "posttrain_cpu"
+SHORT_KEYS = 256
+
+
+def short_eager_else_sdpa(module, query, key, value, attention_mask, **kwargs):
+    eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    short = query.shape[2] == key.shape[2] <= SHORT_KEYS
+    if eager is None or not short or not torch.is_grad_enabled() or not _low_precision(query):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    causal = kwargs.get("is_causal")
+    causal = getattr(module, "is_causal", True) if causal is None else causal
+    return eager(module, query, key, value, additive_mask(attention_mask, causal, query), **kwargs)
+
+
+def _low_precision(query: torch.Tensor) -> bool:
+    """Whether attention computes in bf16/fp16: the query's own dtype, or CPU autocast's (RoPE returns float32
+    queries under autocast; sdpa and eager's matmuls then cast them down)."""
+    low = (torch.bfloat16, torch.float16)
+    return query.dtype in low or (torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") in low)
+
+
+def additive_mask(mask: torch.Tensor | None, causal: bool, query: torch.Tensor) -> torch.Tensor | None:
+    """sdpa's mask (boolean, True = attend; or None for plain causal attention) as the additive float
+    mask eager attention adds to its scores."""
+    low = torch.finfo(query.dtype).min
+    if mask is None:
+        if not causal:
+            return None
+        n = query.shape[2]
+        return torch.full((n, n), low, dtype=query.dtype, device=query.device).triu(1)[None, None]
+    if mask.dtype == torch.bool:
+        return torch.zeros(mask.shape, dtype=query.dtype, device=mask.device).masked_fill(~mask, low)
+    return mask
+
+
+AttentionInterface.register(NAME, short_eager_else_sdpa)
+AttentionMaskInterface.register(NAME, sdpa_mask)
+
+
+def use_on_cpu(model) -> str | None:
+    """Switch a model loaded with sdpa to `short_eager_else_sdpa`; the start-up note, or None when the
+    model keeps its attention (another implementation chosen, or one transformers cannot switch)."""
+    if getattr(model.config, "_attn_implementation", None) != "sdpa":
+        return None
+    model.set_attn_implementation(NAME)
+    if model.config._attn_implementation != NAME:
+        return None
+    return (f"attention: the model's eager attention for training passes over <= {SHORT_KEYS} tokens, sdpa otherwise "
+            "(bf16 on this CPU: sdpa's backward pass is slower there for short rows; set model.attn_implementation to choose one)")
