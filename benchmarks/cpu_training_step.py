@@ -7,7 +7,7 @@ A forward + backward pass of a LoRA model (r 16, alpha 32, dropout 0.05, all lin
 checkpointing: posttrain's defaults) on padded batches of random tokens, under the autocast posttrain trains with on this CPU
 (bf16 with avx512_bf16/amx_bf16, else none), with each combination swapped into the same model and
 timed in turn (rounds interleaved, median): nn.Dropout or posttrain's CpuDropout or no dropout, and
-sdpa or posttrain's short_eager_else_sdpa. Then one attention layer alone (SmolLM2's 9 query and
+sdpa, eager or posttrain's short_eager_else_sdpa (eager up to 384 tokens). Then one attention layer alone (SmolLM2's 9 query and
 3 key-value heads) in the model's eager form and sdpa, forward + backward and forward only, per
 length. Writes benchmarks/results/cpu_training_step.json.
 """
@@ -28,6 +28,7 @@ VARIANTS = {  # name: (dropout, attention)
     "nn.Dropout + sdpa (before)": ("torch", "sdpa"),
     "CpuDropout + sdpa": ("cpu", "sdpa"),
     "CpuDropout + posttrain_cpu (now)": ("cpu", "posttrain_cpu"),
+    "CpuDropout + eager": ("cpu", "eager"),
     "no dropout + posttrain_cpu": ("none", "posttrain_cpu"),
 }
 
@@ -117,7 +118,7 @@ def _best_ms(fn, repeats: int = 7) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2", help="smollm2 (the real model) or a tiny:... spec")
-    parser.add_argument("--shapes", nargs="+", default=["8x130", "4x256", "2x512"], help="rows x tokens per batch")
+    parser.add_argument("--shapes", nargs="+", default=["8x130", "4x256", "4x384", "2x768"], help="rows x tokens per batch")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     from posttrain.models.loading import DeviceInfo

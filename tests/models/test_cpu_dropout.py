@@ -78,3 +78,25 @@ def test_without_lora_dropout_nothing_is_swapped(tiny_dir):
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_dir), LoraConfig(r=4, lora_dropout=0.0, task_type="CAUSAL_LM"))
     assert cheaper_lora_dropout(model) is None
     assert cheaper_lora_dropout(AutoModelForCausalLM.from_pretrained(tiny_dir)) is None
+
+
+def test_activation_checkpointing_recomputes_the_same_masks(tiny_dir):
+    # posttrain checkpoints by default: the backward pass reruns each layer's forward, dropout included.
+    # A different mask there would give silently wrong gradients; they must equal those of a plain pass.
+    def lora_grads(checkpointing: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_dir),
+                               LoraConfig(r=4, lora_dropout=0.5, target_modules="all-linear", task_type="CAUSAL_LM", init_lora_weights=False))
+        cheaper_lora_dropout(model)
+        if checkpointing:
+            model.base_model.model.activation_checkpointing_enable({"use_reentrant": False})
+            model.enable_input_require_grads()
+        model.train()
+        torch.manual_seed(1)
+        ids = torch.randint(0, model.config.vocab_size, (2, 9))
+        torch.manual_seed(2)
+        model(input_ids=ids, labels=ids).loss.backward()
+        return [p.grad for n, p in model.named_parameters() if "lora_" in n]
+
+    plain, checkpointed = lora_grads(False), lora_grads(True)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(plain, checkpointed, strict=True))
