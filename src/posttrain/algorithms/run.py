@@ -199,6 +199,7 @@ def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
         note = cheaper_lora_dropout(trainer.model)
         if note:
             log(note)
+            loaded.notes.append(note)
     monitor_first(trainer, monitor)
     _check_built(run, trainer, drops, device, world)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -265,10 +266,11 @@ def _load_model(recipe, device, trl_config, seed: int) -> LoadedModel:
     if device.kind == "cpu" and trl_config.bf16 and recipe.model.attn_implementation is None and not recipe.uses_images:
         from posttrain.models.cpu_attention import use_on_cpu
 
-        loaded.notes.append(use_on_cpu(loaded.model))
+        note = use_on_cpu(loaded.model)
+        if note:  # logged below, and kept in run_summary.json's model_notes
+            loaded.notes.append(note)
     for note in loaded.notes:
-        if note:
-            log(note)
+        log(note)
     return loaded
 
 

@@ -12,7 +12,7 @@ generator, so a seeded run repeats (and checkpointing's recomputation redraws th
 
 Measured on SmolLM2 LoRA SFT steps (bf16 autocast, checkpointing, 2 threads;
 benchmarks/cpu_training_step.py): 1.15-1.24x faster than nn.Dropout at 130-768 tokens per row (8 x
-130: 3.92 -> 3.41 s); what dropout still costs is 1.26x (3.00 against 2.38 s with dropout 0).
+130: 3.92 -> 3.40 s); what dropout still costs is 1.24-1.37x (8 x 130: 3.00 against 2.38 s with 0).
 """
 
 from __future__ import annotations
