@@ -2,14 +2,15 @@
 
 There posttrain trains under bf16 autocast (models/loading.py), and PyTorch's sdpa then runs its
 CPU flash kernel in bf16, whose backward pass is slow for short rows: one SmolLM2 attention layer
-(9 query / 3 key-value heads, padding mask) took 19.7 ms forward + backward for 8 rows x 130 keys
-against 4.6 ms for the model's own eager attention (matmul, softmax, matmul), 31.9 against 14.2 ms
-at 4 x 384; at 2 x 1024 eager loses (137 against 81 ms: it keeps a rows x heads x keys^2 score
-matrix). A whole SmolLM2 LoRA training step (checkpointing on) was 1.13x faster with eager at 130
-tokens, 1.07x at 384, and 1.22x slower at 768 (benchmarks/cpu_training_step.py; steps vary by about
-10% run to run). So `short_eager_else_sdpa` takes the model's eager attention for gradient-enabled
-passes in bf16 or fp16 over at most `SHORT_KEYS` keys, and sdpa everywhere else (float32,
-generation, reference log-probs, long rows). Both compute exact attention; they differ in rounding.
+(9 query / 3 key-value heads, padding mask) took 17.8 ms forward + backward for 8 rows x 130 keys
+against 5.1 ms for the model's own eager attention (matmul, softmax, matmul), 31.1 against 16.4 ms
+at 4 x 384; at 2 x 1024 eager loses (160 against 81 ms: it keeps a rows x heads x keys^2 score
+matrix). A whole SmolLM2 LoRA training step (checkpointing on) was 1.07-1.13x faster with eager at
+130 tokens, 1.03-1.07x at 384, and 1.22-1.26x slower at 768 (benchmarks/cpu_training_step.py, two
+runs; steps vary about 10% run to run). So `short_eager_else_sdpa` takes the model's eager
+attention for gradient-enabled passes in bf16 or fp16 over at most `SHORT_KEYS` keys, and sdpa
+everywhere else (float32, generation, reference log-probs, long rows). Both compute exact
+attention; they differ in rounding.
 
 It is registered with transformers' AttentionInterface as "posttrain_cpu" (masks built as sdpa's),
 and `use_on_cpu` sets it on a model loaded with sdpa. transformers never writes the name into a

@@ -11,8 +11,8 @@ backward pass. Same distribution as `nn.Dropout`, not the same draws; they come 
 generator, so a seeded run repeats (and checkpointing's recomputation redraws the same mask).
 
 Measured on SmolLM2 LoRA SFT steps (bf16 autocast, checkpointing, 2 threads;
-benchmarks/cpu_training_step.py): 1.15-1.24x faster than nn.Dropout at 130-768 tokens per row (8 x
-130: 3.92 -> 3.40 s); what dropout still costs is 1.24-1.37x (8 x 130: 3.00 against 2.38 s with 0).
+benchmarks/cpu_training_step.py): 1.10-1.18x faster than nn.Dropout at 130-768 tokens per row (8 x
+130: 3.72 -> 3.21 s); what dropout still costs is 1.34-1.38x (8 x 130: 2.85 against 2.09 s with 0).
 """
 
 from __future__ import annotations
@@ -50,4 +50,6 @@ def cheaper_lora_dropout(model: nn.Module) -> str | None:
                 replacement.train(dropout.training)
                 dropouts[name] = replacement
                 swapped += 1
-    return f"LoRA dropout: {swapped} layers draw their CPU masks from 32-bit random integers (the same distribution as nn.Dropout's, fewer passes)" if swapped else None
+    if not swapped:
+        return None
+    return f"LoRA dropout: {swapped} layers draw their CPU masks from 32-bit random integers (nn.Dropout's distribution, cheaper)"
