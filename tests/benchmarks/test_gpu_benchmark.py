@@ -23,7 +23,8 @@ def test_gpu_benchmark_toy_run_on_cpu(repo, tmp_path):
         assert "failed" not in rows[case], rows[case]
         assert rows[case]["tokens_per_s"] > 0 and rows[case]["peak_memory_mb"] > 0
     assert rows["sft_posttrain"]["mfu"] is None  # no GPU, no peak FLOP/s: never an invented number
-    # posttrain and plain TRL really ran the same training (same first loss)
-    assert rows["sft_posttrain"]["first_loss"] == pytest.approx(rows["sft_trl"]["first_loss"], rel=1e-5)
+    # posttrain and plain TRL really ran the same training (same first loss; on a CPU with native bf16
+    # posttrain's attention for short rows is the model's eager one, TRL's sdpa: they round apart by ~2e-5)
+    assert rows["sft_posttrain"]["first_loss"] == pytest.approx(rows["sft_trl"]["first_loss"], rel=1e-4)
     assert rows["qlora"]["skipped"] == "no CUDA GPU"
     assert rows["gen_vllm"]["skipped"] in ("vllm not installed", "no CUDA GPU")

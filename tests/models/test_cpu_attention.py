@@ -1,4 +1,4 @@
-"""posttrain_cpu attention: the model's eager attention for short bf16 training passes, sdpa for the rest."""
+"""posttrain_cpu attention: the model's eager attention for short bf16 passes, sdpa for the rest."""
 
 import json
 
@@ -51,18 +51,26 @@ def test_short_training_passes_compute_what_eager_attention_computes(tiny_dir, p
     torch.testing.assert_close(loss, sdpa_loss, rtol=2e-2, atol=0)  # and both are the same attention
 
 
-def test_passes_without_gradients_long_rows_and_float32_stay_on_sdpa(tiny_dir):
+def test_long_rows_and_float32_stay_on_sdpa(tiny_dir):
     ours, sdpa = model_with(tiny_dir, NAME), model_with(tiny_dir, "sdpa")
     short, long = (padded_batch(ours.config.vocab_size, n) for n in (40, SHORT_KEYS + 8))
-    assert torch.equal(loss_and_grad(ours, short, grad=False)[0], loss_and_grad(sdpa, short, grad=False)[0])
     assert torch.equal(loss_and_grad(ours, long)[1], loss_and_grad(sdpa, long)[1])
     assert torch.equal(ours(**short).loss, sdpa(**short).loss)  # float32, no autocast
+
+
+def test_a_pass_without_gradients_uses_the_training_pass_kernel(tiny_dir):
+    # A GRPO reference's (or old policy's) log-probs are computed without gradients; they must come from
+    # the same kernel as the policy's training pass, or the KL and the importance ratio start off zero.
+    ours, sdpa = model_with(tiny_dir, NAME), model_with(tiny_dir, "sdpa")
+    short = padded_batch(ours.config.vocab_size, 40)
+    assert torch.equal(loss_and_grad(ours, short, grad=False)[0], loss_and_grad(ours, short)[0])
+    assert loss_and_grad(sdpa, short, grad=False)[0] != loss_and_grad(ours, short)[0]
 
 
 def test_a_model_switches_only_from_sdpa_and_saves_a_plain_config(tiny_dir, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
     assert model.config._attn_implementation == "sdpa"
-    assert use_on_cpu(model).startswith(f"attention: the model's eager attention for training passes over <= {SHORT_KEYS} tokens")
+    assert use_on_cpu(model).startswith(f"attention: the model's eager attention for bf16 passes over <= {SHORT_KEYS} tokens")
     assert model.config._attn_implementation == NAME
     assert use_on_cpu(AutoModelForCausalLM.from_pretrained(tiny_dir, attn_implementation="eager")) is None
     model.save_pretrained(tmp_path)

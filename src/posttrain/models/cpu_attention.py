@@ -1,4 +1,4 @@
-"""Attention for training passes on a CPU that computes bf16 natively.
+"""Attention for training runs on a CPU that computes bf16 natively.
 
 There posttrain trains under bf16 autocast (models/loading.py), and PyTorch's sdpa then runs its
 CPU flash kernel in bf16, whose backward pass is slow for short rows: one SmolLM2 attention layer
@@ -8,9 +8,12 @@ at 4 x 384; at 2 x 1024 eager loses (160 against 81 ms: it keeps a rows x heads 
 matrix). A whole SmolLM2 LoRA training step (checkpointing on) was 1.07-1.13x faster with eager at
 130 tokens, 1.03-1.07x at 384, and 1.22-1.26x slower at 768 (benchmarks/cpu_training_step.py, two
 runs; steps vary about 10% run to run). So `short_eager_else_sdpa` takes the model's eager
-attention for gradient-enabled passes in bf16 or fp16 over at most `SHORT_KEYS` keys, and sdpa
-everywhere else (float32, generation, reference log-probs, long rows). Both compute exact
-attention; they differ in rounding.
+attention for every bf16 or fp16 pass over at most `SHORT_KEYS` keys, and sdpa everywhere else
+(float32, a decoded token, long rows). Both compute exact attention and differ in rounding only,
+so the choice depends on the shape and precision alone, never on the pass: a GRPO policy's
+training pass and its reference's no-gradient log-probs over the same rows use one kernel and
+agree bit for bit (their KL is exactly 0 at the first step). Without gradients eager was about 1.07x
+faster too (a whole SmolLM2 forward, 130-768 tokens).
 
 It is registered with transformers' AttentionInterface as "posttrain_cpu" (masks built as sdpa's),
 and `use_on_cpu` sets it on a model loaded with sdpa. transformers never writes the name into a
@@ -33,7 +36,7 @@ SHORT_KEYS = 384
 def short_eager_else_sdpa(module, query, key, value, attention_mask, **kwargs):
     eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
     short = query.shape[2] == key.shape[2] <= SHORT_KEYS
-    if eager is None or not short or not torch.is_grad_enabled() or not _low_precision(query):
+    if eager is None or not short or not _low_precision(query):
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     causal = kwargs.get("is_causal")
     causal = getattr(module, "is_causal", True) if causal is None else causal
@@ -73,5 +76,5 @@ def use_on_cpu(model) -> str | None:
     model.set_attn_implementation(NAME)
     if model.config._attn_implementation != NAME:
         return None
-    return (f"attention: the model's eager attention for training passes over <= {SHORT_KEYS} tokens, sdpa otherwise "
+    return (f"attention: the model's eager attention for bf16 passes over <= {SHORT_KEYS} tokens, sdpa otherwise "
             "(bf16 on this CPU: sdpa's backward pass is slower there for short rows; set model.attn_implementation to choose one)")
