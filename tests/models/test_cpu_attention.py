@@ -60,7 +60,7 @@ def test_long_rows_and_float32_stay_on_sdpa(tiny_dir):
 
 def test_a_pass_without_gradients_uses_the_training_pass_kernel(tiny_dir):
     # A GRPO reference's (or old policy's) log-probs are computed without gradients; they must come from
-    # the same kernel as the policy's training pass, or the KL and the importance ratio start off zero.
+    # the same kernel as the policy's training pass, or the KL and the importance ratio are off from the first step.
     ours, sdpa = model_with(tiny_dir, NAME), model_with(tiny_dir, "sdpa")
     short = padded_batch(ours.config.vocab_size, 40)
     assert torch.equal(loss_and_grad(ours, short, grad=False)[0], loss_and_grad(ours, short)[0])

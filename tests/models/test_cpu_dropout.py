@@ -1,7 +1,5 @@
 """CpuDropout: nn.Dropout's distribution from a cheaper CPU mask, swapped in before every LoRA layer."""
 
-import math
-
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
@@ -68,10 +66,10 @@ def test_every_lora_dropout_of_a_peft_model_is_swapped_with_its_p(tiny_dir):
     assert all(type(m.lora_dropout["default"]) is CpuDropout and m.lora_dropout["default"].p == 0.1 for m in layers)
     assert model.training and all(m.lora_dropout["default"].training for m in layers)
     assert cheaper_lora_dropout(model) is None  # nothing left to swap: a second call changes nothing
-    # a training step runs through them and trains the adapter
+    # a training step runs through them and reaches every adapter (lora_B starts at zero; its gradient does not)
     ids = torch.randint(0, model.config.vocab_size, (2, 9))
     model(input_ids=ids, labels=ids).loss.backward()
-    assert all(math.isfinite(float(p.grad.abs().sum())) for n, p in model.named_parameters() if "lora_A" in n)
+    assert all(p.grad.abs().sum() > 0 for n, p in model.named_parameters() if "lora_B" in n)
 
 
 def test_without_lora_dropout_nothing_is_swapped(tiny_dir):

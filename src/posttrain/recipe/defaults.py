@@ -16,8 +16,8 @@ Defaults that depend on the machine or the data are resolved when the run starts
   CPU for a while (tiny models' steps 1.1-1.2x faster without it), until SmolLM2-135M + LoRA showed
   that off saved no time there (SFT, GRPO), cost time (DPO 1.29x slower) and doubled peak memory.
 - CPU training passes (`algorithms/run.py`): LoRA dropout draws its masks from 32-bit random
-  integers (`models/cpu_dropout.py`), and with bf16 autocast short rows take the model's eager
-  attention in training passes (`models/cpu_attention.py`); both compute the same thing, faster.
+  integers (`models/cpu_dropout.py`), and with bf16 autocast rows of at most 384 tokens take the
+  model's eager attention (`models/cpu_attention.py`); both compute the same thing, faster.
 - SFT batching (`trl_config.batching_defaults`; a recipe that sets `padding_free`, `packing` or
   `train_sampling_strategy` keeps its own): CUDA with flash attention -> `padding_free=True` (varlen
   kernels; the same batches as TRL's, no padding computed). Elsewhere TRL's random batches: length

@@ -26,7 +26,8 @@ class ModelSection(Section):
     attn_implementation: str | None = Field(
         None,
         description="Attention kernel: 'eager', 'sdpa' (when unset: PyTorch's fused attention, on every device; "
-        "training in bf16 on a CPU takes the model's eager attention for rows of <= 384 tokens, faster there), 'flex_attention', 'flash_attention_2' / '_3' / '_4' (CUDA only, each needs its package: "
+        "training in bf16 on a CPU takes the model's eager attention for rows of <= 384 tokens, faster there), "
+        "'flex_attention', 'flash_attention_2' / '_3' / '_4' (CUDA only, each needs its package: "
         "flash-attn, flash-attn-3, flash-attn-4), 'paged|eager', or a hub kernel 'org/repo' (needs the kernels package). "
         "Checked against the machine by `posttrain validate`.",
     )
