@@ -114,7 +114,8 @@ def runs(cli, tmp_path_factory, data_dir):
     return {"padded": train(cli, tmp, "padded", data, "training.train_sampling_strategy=random", "training.padding_free=false"),
             "padding_free": train(cli, tmp, "free", data, "training.padding_free=true", "training.train_sampling_strategy=random"),
             "default": train(cli, tmp, "default", data),
-            "grouped": train(cli, tmp, "grouped", data, "training.train_sampling_strategy=group_by_length")}
+            "grouped": train(cli, tmp, "grouped", data, "training.train_sampling_strategy=group_by_length",
+                             "training.padding_free=false")}
 
 
 def test_padded_and_padding_free_runs_learn_the_same(runs):
@@ -131,17 +132,19 @@ def test_padded_and_padding_free_runs_learn_the_same(runs):
     assert abs(start_p - start_f) <= 1e-4 * start_p and abs(end_p - end_f) <= 1e-4 * end_p, (padded[0], free[0])
 
 
-def test_cpu_default_is_trls_batches_and_grouping_is_opt_in(runs):
-    """On CPU posttrain keeps TRL's random batches (length grouping changed what `make demo` learned),
-    and says nothing; grouping set in the recipe is used and, on this data, learns within 3% of padded.
+def test_cpu_default_is_padding_free_and_grouping_is_opt_in(runs):
+    """On CPU posttrain flattens TRL's random batches (its CPU attention keeps the rows apart) and says
+    so at start-up: the very run `training.padding_free=true` makes. Length grouping (it changed what
+    `make demo` learned) is used when the recipe sets it and, on this data, learns within 3% of padded.
 
     (Tolerance: grouping changes which rows share a step, so the runs take different paths; 3% of
     the loss is about a tenth of the >0.3-nat drop both runs must show.)
     """
-    padded, default, grouped = runs["padded"], runs["default"], runs["grouped"]
-    assert default[2]["train_sampling_strategy"] == "random" and default[2]["padding_free"] is False
-    assert "training.train_sampling_strategy = " not in default[3] and "training.padding_free = " not in default[3]
-    assert default[0] == padded[0] and default[1] == padded[1]  # the very same run as TRL's batching
+    padded, default, free, grouped = runs["padded"], runs["default"], runs["padding_free"], runs["grouped"]
+    assert default[2]["train_sampling_strategy"] == "random" and default[2]["padding_free"] is True
+    assert "training.padding_free = True  (posttrain at start-up: cpu: batches flattened into one row" in default[3]
+    assert "training.train_sampling_strategy = " not in default[3]
+    assert default[0] == free[0] and default[1] == free[1] == padded[1]  # the very same run as padding_free=true
     assert grouped[2]["train_sampling_strategy"] == "group_by_length"
     (start_p, end_p), (start_g, end_g) = padded[0], grouped[0]
     assert grouped[1] == padded[1] and end_g < start_g - 0.3, grouped[0]

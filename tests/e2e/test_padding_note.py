@@ -45,7 +45,7 @@ def run(cli, out, recipe, *overrides):
 
 def test_sft_note_names_micro_batches_that_train_the_same_rows(cli, tmp_path, varied):
     stdout, losses, tokens = run(cli, tmp_path / "padded", "recipes/sft/tiny-cpu.yaml", f"data.datasets[0].name={varied}",
-                                 "training.per_device_train_batch_size=8", "training.micro_batching=false")
+                                 "training.per_device_train_batch_size=8", "training.micro_batching=false", "training.padding_free=false")
     note = next(line for line in stdout.splitlines() if line.startswith("padding: "))
     assert "in batches of 8 rows" in note
     share = int(note.split("padding: ")[1].split("%")[0])
@@ -54,16 +54,16 @@ def test_sft_note_names_micro_batches_that_train_the_same_rows(cli, tmp_path, va
     assert advice in note  # this machine is a CPU: the suite runs without a GPU
 
     stdout1, losses1, tokens1 = run(cli, tmp_path / "micro", "recipes/sft/tiny-cpu.yaml", f"data.datasets[0].name={varied}",
-                                    *advice.split())
+                                    *advice.split(), "training.padding_free=false")
     assert not any(line.startswith("padding: ") for line in stdout1.splitlines())  # nothing left to pad
     assert tokens1 == tokens and len(losses1) == len(losses) == 3
     assert losses1 == pytest.approx(losses, rel=1e-5)  # the same rows per step, the same loss (float32 order aside)
     assert losses[-1] < losses[0]  # it trained, so equal losses mean something
 
-    # posttrain's own rule (the default on a CPU) times the model and picks a split or keeps the batches:
-    # whichever it picks, the start-up line, the saved TRL config and the losses say the same run
+    # posttrain's micro-batch rule (on a CPU when batches are padded) times the model and picks a split or keeps
+    # the batches: whichever it picks, the start-up line, the saved TRL config and the losses say the same run
     stdout2, losses2, tokens2 = run(cli, tmp_path / "auto", "recipes/sft/tiny-cpu.yaml", f"data.datasets[0].name={varied}",
-                                    "training.per_device_train_batch_size=8")
+                                    "training.per_device_train_batch_size=8", "training.padding_free=false")
     config = json.loads((tmp_path / "auto" / "trl_config.json").read_text())
     micro, accumulation = config["per_device_train_batch_size"], config["gradient_accumulation_steps"]
     assert micro * accumulation == 8
@@ -75,6 +75,15 @@ def test_sft_note_names_micro_batches_that_train_the_same_rows(cli, tmp_path, va
         assert decided[0].startswith("micro-batching: batches of 8 rows kept (a pass here costs "), decided
     assert "ms per token" in decided[0]
     assert tokens2 == tokens and losses2 == pytest.approx(losses, rel=1e-5)
+
+    # SFT's CPU default: each batch of 8 flattened into one row (no padding, no note, no split), the same run again
+    stdout3, losses3, tokens3 = run(cli, tmp_path / "flat", "recipes/sft/tiny-cpu.yaml", f"data.datasets[0].name={varied}",
+                                    "training.per_device_train_batch_size=8")
+    config = json.loads((tmp_path / "flat" / "trl_config.json").read_text())
+    assert config["padding_free"] and config["per_device_train_batch_size"] == 8 and config["gradient_accumulation_steps"] == 1
+    assert "training.padding_free = True  (posttrain at start-up: cpu: batches flattened" in stdout3
+    assert not any(line.startswith("padding: ") or "micro-batch" in line for line in stdout3.splitlines())
+    assert tokens3 == tokens and losses3 == pytest.approx(losses, rel=1e-5)
 
 
 def test_dpo_note_counts_pairs_and_the_micro_batches_train_the_same_pairs(cli, tmp_path, varied):

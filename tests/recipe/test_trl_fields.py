@@ -266,15 +266,17 @@ def batching(algorithm="sft", device=CPU, model=None, **training):
 
 
 def test_sft_batching_default_per_device():
-    """CUDA + flash attention: padding-free (TRL's batches, no padding); elsewhere TRL's random batches
-    (length grouping changed what the demo learned, so it is opt-in)."""
+    """Padding-free (TRL's batches flattened, no padding) where attention keeps the rows apart: CUDA +
+    flash attention, and a CPU with posttrain's CPU attention (the recipe naming none); elsewhere TRL's
+    padded random batches (length grouping changed what the demo learned, so it is opt-in)."""
     cuda = DeviceInfo("cuda", bf16=True)
-    assert batching() == {}
+    assert batching() == {"padding_free": True}
     assert batching(device=cuda) == {}  # sdpa: a dense mask over the flattened batch
     assert batching(device=cuda, model={"attn_implementation": "flash_attention_2"}) == {"padding_free": True}
+    assert batching(model={"attn_implementation": "sdpa"}) == {}  # the recipe chose sdpa: no rows apart on CPU
     assert batching(model={"attn_implementation": "flash_attention_2"}) == {}  # no CUDA, no varlen kernels
     config = build_trl_config(load_recipe(None, raw=base_recipe("sft")).recipe, CPU, data_format="prompt_completion")
-    assert (config.train_sampling_strategy, config.padding_free, config.packing) == ("random", False, False)
+    assert (config.train_sampling_strategy, config.padding_free, config.packing) == ("random", True, False)
 
 
 @pytest.mark.parametrize("explicit", [{"train_sampling_strategy": "random"}, {"padding_free": True}, {"packing": True},

@@ -30,7 +30,7 @@ from .resume import checkpoint_step, resume_point, same_checkpoint_everywhere
 from .run_card import readable_like_the_rest, write_run_card
 from .run_folder import check_recipe, command_with, finished_verdict, holds_a_run, load_progress, move_aside, read_records, whole_run
 from .run_data import audit_prompts, fit_prompts, prepare_data
-from .trl_config import build_trl_config, runtime_defaults
+from .trl_config import build_trl_config, cpu_attention_applies, runtime_defaults
 
 
 def build_trainer(run: Run):
@@ -263,10 +263,10 @@ def _load_model(recipe, device, trl_config, seed: int) -> LoadedModel:
         if is_local_main_process():
             resolve_model_sources(recipe.model)
     loaded = load_model(recipe.model, device, vision=recipe.uses_images, reward_head=ALGORITHMS[recipe.training.algorithm].reward_head)
-    if device.kind == "cpu" and trl_config.bf16 and recipe.model.attn_implementation is None and not recipe.uses_images:
+    if cpu_attention_applies(recipe, device):
         from posttrain.models.cpu_attention import use_on_cpu
 
-        note = use_on_cpu(loaded.model)
+        note = use_on_cpu(loaded.model, bf16=trl_config.bf16)
         if note:  # logged below, and kept in run_summary.json's model_notes
             loaded.notes.append(note)
     for note in loaded.notes:

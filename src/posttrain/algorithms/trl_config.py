@@ -57,16 +57,18 @@ BATCHING_KEYS = ("padding_free", "packing", "train_sampling_strategy")
 def batching_defaults(recipe: Recipe, device) -> dict[str, tuple[object, str]]:
     """SFT without padding where that learns exactly what padded batches learn; nothing when the recipe chose.
 
-    CUDA with flash attention: padding-free (each batch flattened into one row; the varlen kernels
-    cost only real tokens, and the batches are TRL's own: same rows per step, same loss, no padding;
-    tests/e2e/test_padding_free.py). Everywhere else TRL's random batches stay. Length grouping
-    (`train_sampling_strategy: group_by_length`) was measured 1.2-1.3x faster on CPU
+    Padding-free batches (each batch flattened into one row; the same rows per step as TRL's random
+    batches, the same loss, no padding computed; tests/e2e/test_padding_free.py) wherever attention
+    can treat the flattened rows apart: CUDA with flash attention (varlen kernels), and a CPU with
+    posttrain's CPU attention (`models/cpu_attention.py`: the rows laid side by side; without it sdpa
+    would compute one dense mask over the whole flattened batch, no faster than padding). On a CPU
+    this replaces the micro-batch rule for SFT: one pass over 8 SmolLM2 rows of 79-202 tokens took
+    3.26 s flattened against 4.25 s as the rule's 8 one-row passes (benchmarks/cpu_training_step.py).
+    Length grouping (`train_sampling_strategy: group_by_length`) was measured 1.2-1.3x faster on CPU
     (benchmarks/padding.py) and was the CPU default for an hour, until `make demo`'s SFT learned
     nothing with it (train loss 2.05 against 1.37, loose accuracy 0% against 61%: when length tracks
     content, grouped batches are one-sided). A default must not change what a run learns, so it is
-    opt-in. Padding-free on CPU is correct but builds a dense mask over the whole flattened batch
-    (no faster, and its memory grows with the square of the batch's tokens). DPO: TRL 1.16 has no
-    padding-free DPO; grouping is opt-in there too.
+    opt-in. DPO: TRL 1.16 has no padding-free DPO; grouping is opt-in there too.
     """
     training = recipe.training
     if training.algorithm != "sft" or chosen_keys(training) & set(BATCHING_KEYS):
@@ -74,7 +76,16 @@ def batching_defaults(recipe: Recipe, device) -> dict[str, tuple[object, str]]:
     attention = recipe.model.attn_implementation or "sdpa"
     if device.kind == "cuda" and any(name in attention for name in VARLEN_ATTENTION):
         return {"padding_free": (True, f"cuda + {attention}: batches flattened, no padding computed, no cross-row attention")}
+    if cpu_attention_applies(recipe, device):
+        return {"padding_free": (True, "cpu: batches flattened into one row, no padding computed; "
+                                       "posttrain's CPU attention attends within each row")}
     return {}
+
+
+def cpu_attention_applies(recipe: Recipe, device) -> bool:
+    """Whether the run's model takes posttrain's CPU attention (`models/cpu_attention.py`): on a CPU,
+    when the recipe names no attention implementation, for text models."""
+    return device.kind == "cpu" and recipe.model.attn_implementation is None and not recipe.uses_images
 
 
 def reference_defaults(recipe: Recipe) -> dict[str, tuple[object, str]]:
