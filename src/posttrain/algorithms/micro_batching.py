@@ -106,7 +106,10 @@ def split_if_faster(trainer, setting, device_kind: str, world: int) -> str | Non
     rows_per_entry = 2 if pairs else 1  # a DPO pair is two rows padded together
     if padding_share(asked, real, batch, rows_per_entry, seed=args.seed) < WORTH_TIMING:
         return None
-    fixed, per_token = pass_costs(trainer.model, trainer.model.get_input_embeddings().num_embeddings)
+    import torch
+
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(args.bf16)):  # the precision the run trains in
+        fixed, per_token = pass_costs(trainer.model, trainer.model.get_input_embeddings().num_embeddings)
     m, gain = choose(asked, batch, fixed, per_token, rows_per_entry, seed=args.seed)
     what = "pairs" if pairs else "rows"
     measured = f"a pass here costs {fixed * 1e3:.0f} ms + {per_token * 1e3:.2f} ms per token"

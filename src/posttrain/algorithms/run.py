@@ -195,9 +195,12 @@ def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
     trainer = build_trainer(run)  # user rewards import here: a failure leaves output_dir as it was
     if device.kind == "cpu":  # before the micro-batch rule times a step
         from posttrain.models.cpu_dropout import cheaper_lora_dropout
+        from posttrain.models.frozen_weights import ALGORITHMS as FROZEN_BF16, store_frozen_in_bf16
 
-        note = cheaper_lora_dropout(trainer.model)
-        if note:
+        notes = [cheaper_lora_dropout(trainer.model)]
+        if trl_config.bf16 and recipe.training.algorithm in FROZEN_BF16:
+            notes.append(store_frozen_in_bf16(trainer.model))
+        for note in filter(None, notes):
             log(note)
             loaded.notes.append(note)
     monitor_first(trainer, monitor)
