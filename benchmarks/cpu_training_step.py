@@ -10,7 +10,12 @@ combination swapped into the same model and timed in turn (rounds interleaved, m
 nn.Dropout, posttrain's CpuDropout or no dropout, and sdpa, eager or posttrain's
 short_eager_else_sdpa (eager up to 384 tokens). Then one attention layer alone (SmolLM2's 9 query
 and 3 key-value heads) in the model's eager form and sdpa, forward + backward and forward only, per
-length. Writes benchmarks/results/cpu_training_step.json.
+length. Then one SFT batch of 8 rows of the SmolLM2 race's lengths (79-202 tokens) as the batching
+choices run it: 8 one-row passes (the micro-batch rule's split), padded, flattened with sdpa's dense
+mask, flattened with posttrain_cpu's rows apart (SFT's CPU default), and that with the frozen
+weights stored in bf16 (models/frozen_weights.py). Writes benchmarks/results/cpu_training_step.json.
+
+    python benchmarks/cpu_training_step.py --parts batching   # the batching table alone (~2 min)
 """
 
 from __future__ import annotations
@@ -80,6 +85,53 @@ def step_seconds(model, inputs: dict, autocast: bool) -> float:
     return time.perf_counter() - start
 
 
+BATCH_ROWS = [79, 110, 125, 202, 96, 150, 88, 120]  # one batch of the SmolLM2 race's SFT chats (tokens per row)
+BATCHINGS = {  # name: (how the batch is fed, attention, frozen weights in bf16)
+    "8 one-row passes (micro-batch rule)": ("rows", "posttrain_cpu", False),
+    "padded batch of 8": ("padded", "posttrain_cpu", False),
+    "flattened, sdpa dense mask": ("flat", "sdpa", False),
+    "flattened, rows apart": ("flat", "posttrain_cpu", False),
+    "flattened, rows apart, frozen bf16 (now)": ("flat", "posttrain_cpu", True),
+}
+
+
+def batchings(model, rounds: int, autocast: bool) -> dict[str, float]:
+    """Median seconds of one forward + backward over BATCH_ROWS per batching (posttrain's CPU dropout throughout)."""
+    set_variant(model, "cpu", "posttrain_cpu")
+    generator = torch.Generator().manual_seed(0)
+    rows = [torch.randint(model.config.vocab_size, (n,), generator=generator) for n in BATCH_ROWS]
+    longest = max(BATCH_ROWS)
+    keep = torch.arange(longest)[None] < torch.tensor(BATCH_ROWS)[:, None]
+    padded = torch.stack([torch.cat([r, r.new_zeros(longest - len(r))]) for r in rows])
+    flat_ids = torch.cat(rows)[None]
+    positions = torch.cat([torch.arange(n) for n in BATCH_ROWS])[None]
+    bounds = torch.tensor([0, *torch.tensor(BATCH_ROWS).cumsum(0).tolist()], dtype=torch.int32)
+    inputs = {"rows": [dict(input_ids=r[None], labels=r[None]) for r in rows],
+              "padded": [dict(input_ids=padded, attention_mask=keep.long(), labels=padded.masked_fill(~keep, -100))],
+              "flat": [dict(input_ids=flat_ids, position_ids=positions, labels=flat_ids.masked_fill(positions == 0, -100),
+                            cu_seq_lens_q=bounds, cu_seq_lens_k=bounds, max_length_q=longest, max_length_k=longest)]}
+    frozen = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and not m.weight.requires_grad
+              and m.weight is not model.get_input_embeddings().weight]
+    float32 = [m.weight.data for m in frozen]
+    bf16 = [w.to(torch.bfloat16) for w in float32]
+    times: dict[str, list[float]] = {name: [] for name in BATCHINGS}
+    for _ in range(rounds + 1):  # the first round warms up
+        for name, (feed, attention, stored_bf16) in BATCHINGS.items():
+            model.base_model.model.set_attn_implementation(attention)
+            for module, weight in zip(frozen, bf16 if stored_bf16 else float32):
+                module.weight.data = weight
+            model.zero_grad(set_to_none=True)
+            start = time.perf_counter()
+            for part in inputs[feed]:
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                    loss = model(**part).loss
+                loss.backward()
+            times[name].append(time.perf_counter() - start)
+    for module, weight in zip(frozen, float32):
+        module.weight.data = weight
+    return {name: round(statistics.median(t[1:]), 3) for name, t in times.items()}
+
+
 def attention_layer(lengths: list[tuple[int, int]]) -> list[dict]:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.models.llama.modeling_llama import eager_attention_forward
@@ -121,13 +173,14 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2", help="smollm2 (the real model) or a tiny:... spec")
     parser.add_argument("--shapes", nargs="+", default=["8x130", "4x256", "4x384", "2x768"], help="rows x tokens per batch")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--parts", nargs="+", choices=["steps", "layer", "batching"], default=["steps", "layer", "batching"])
     args = parser.parse_args()
     from posttrain.models.loading import DeviceInfo
 
     autocast = DeviceInfo.detect().bf16
     model = load(args.model)
     steps = []
-    for shape in args.shapes:
+    for shape in args.shapes if "steps" in args.parts else []:
         rows, length = map(int, shape.split("x"))
         inputs = batch(model.config.vocab_size, rows, length)
         times: dict[str, list[float]] = {name: [] for name in VARIANTS}
@@ -137,10 +190,20 @@ def main() -> None:
                 step_seconds(model, inputs, autocast)  # warm-up after the swap
                 times[name].append(step_seconds(model, inputs, autocast))
         steps.append({"shape": shape, **{name: round(statistics.median(t), 3) for name, t in times.items()}})
-    layer = attention_layer([(8, 130), (4, 256), (4, 384), (4, 512), (2, 1024)]) if autocast else []
+    layer = attention_layer([(8, 130), (4, 256), (4, 384), (4, 512), (2, 1024)]) if autocast and "layer" in args.parts else []
+    batching = batchings(model, args.rounds, autocast) if "batching" in args.parts else {}
     flags = open("/proc/cpuinfo").read() if Path("/proc/cpuinfo").exists() else ""
     info = {"date": time.strftime("%Y-%m-%d %H:%M"), "model": args.model, "autocast_bf16": autocast, "threads": torch.get_num_threads(),
-            "cpu": platform.processor() or platform.machine(), "avx512_bf16": "avx512_bf16" in flags, "steps": steps, "attention_layer": layer}
+            "cpu": platform.processor() or platform.machine(), "avx512_bf16": "avx512_bf16" in flags}
+    measured = {"steps": steps, "attention_layer": layer, "batching": {"rows": BATCH_ROWS, "seconds": batching}}
+    # parts not run this time keep their last results, with the date they were measured
+    earlier = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    dates = earlier.get("dates", {key: earlier.get("date") for key in ("steps", "attention_layer") if key in earlier})
+    for part, key in (("steps", "steps"), ("layer", "attention_layer"), ("batching", "batching")):
+        if part in args.parts:
+            dates[key] = info["date"]
+        info[key] = measured[key] if part in args.parts else earlier.get(key)
+    info["dates"] = dates
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(info, indent=1) + "\n")
     print(f"{args.model}, LoRA r 16 all-linear, {'bf16 autocast' if autocast else 'float32'}, {info['threads']} threads, {info['date']}")
@@ -153,6 +216,12 @@ def main() -> None:
         print("\none attention layer, bf16 (ms): | rows x keys | eager fwd+bwd | sdpa fwd+bwd | eager fwd | sdpa fwd |")
         for r in layer:
             print(f"| {r['rows']}x{r['keys']} | {r['eager_fwd_bwd_ms']} | {r['sdpa_fwd_bwd_ms']} | {r['eager_fwd_ms']} | {r['sdpa_fwd_ms']} |")
+    if batching:
+        base = batching["8 one-row passes (micro-batch rule)"]
+        print(f"\none SFT batch of {len(BATCH_ROWS)} rows, {min(BATCH_ROWS)}-{max(BATCH_ROWS)} tokens ({sum(BATCH_ROWS)} real), forward + backward:")
+        print("| batching | seconds | vs 8 one-row passes |\n|---|---|---|")
+        for name, seconds in batching.items():
+            print(f"| {name} | {seconds:.2f} | {base / seconds:.2f}x |")
     print(f"\nwrote {RESULTS}")
 
 
