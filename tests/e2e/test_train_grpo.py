@@ -44,6 +44,8 @@ def test_default_beta_reaches_trl_and_kl_is_live(beta_runs):
     assert config["beta"] == 0.04
     kl = [r["kl"] for r in metrics(beta_runs / "default") if "kl" in r]
     assert len(kl) == 4 and kl[0] == 0.0 and max(kl[1:]) > 0  # policy == reference only at step 1
+    # on a CPU both passes score flattened rows (models/flat_batches.py): one path, so the KL starts at exactly 0
+    assert "scored batches: each batch's prompt + completion rows run as one flattened row" in (beta_runs / "default.log").read_text()
 
 
 def test_beta_zero_has_no_kl_channel(beta_runs):
