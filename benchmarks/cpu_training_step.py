@@ -12,8 +12,9 @@ short_eager_else_sdpa (eager up to 384 tokens). Then one attention layer alone (
 and 3 key-value heads) in the model's eager form and sdpa, forward + backward and forward only, per
 length. Then one SFT batch of 8 rows of the SmolLM2 race's lengths (79-202 tokens) as the batching
 choices run it: 8 one-row passes (the micro-batch rule's split), padded, flattened with sdpa's dense
-mask, flattened with posttrain_cpu's rows apart (SFT's CPU default), and that with the frozen
-weights stored in bf16 (models/frozen_weights.py). Writes benchmarks/results/cpu_training_step.json.
+mask, flattened with posttrain_cpu's rows apart (SFT's CPU default), and that with LoRA's frozen
+weights stored in bf16 (autocast's casts skipped; tried, not kept: 1.01x here, and DPO runs were
+slower with it). Writes benchmarks/results/cpu_training_step.json.
 
     python benchmarks/cpu_training_step.py --parts batching   # the batching table alone (~2 min)
 """
@@ -90,8 +91,8 @@ BATCHINGS = {  # name: (how the batch is fed, attention, frozen weights in bf16)
     "8 one-row passes (micro-batch rule)": ("rows", "posttrain_cpu", False),
     "padded batch of 8": ("padded", "posttrain_cpu", False),
     "flattened, sdpa dense mask": ("flat", "sdpa", False),
-    "flattened, rows apart": ("flat", "posttrain_cpu", False),
-    "flattened, rows apart, frozen bf16 (now)": ("flat", "posttrain_cpu", True),
+    "flattened, rows apart (now)": ("flat", "posttrain_cpu", False),
+    "flattened, rows apart, frozen weights stored bf16": ("flat", "posttrain_cpu", True),
 }
 
 

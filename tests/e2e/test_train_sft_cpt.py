@@ -80,11 +80,6 @@ def test_sft_lora_checkpoint_holds_only_the_adapter(cli, tmp_path, data_dir, tin
     lora_bytes = sum(p.numel() * p.element_size() for n, p in fresh.named_parameters() if "lora_" in n)
     # on a CPU every LoRA layer's dropout (the default 0.05) draws the cheaper mask (tests/models/test_cpu_dropout.py)
     assert f"LoRA dropout: {sum(hasattr(m, 'lora_A') for m in fresh.modules())} layers draw their CPU masks" in log, log
-    # under bf16 autocast (a CPU with native bf16) the frozen base weights are stored in bf16 (tests/models/test_frozen_weights.py)
-    from posttrain.models.loading import cpu_bf16_flag
-
-    stored = f"frozen weights: {sum(hasattr(m, 'lora_A') for m in fresh.modules())} linear layers stored in bf16"
-    assert (stored in log) == (cpu_bf16_flag() is not None), log
 
     for folder in (out, out / "checkpoint-2", out / "checkpoint-4"):
         header = read_header(folder / "adapter_model.safetensors")

@@ -196,11 +196,8 @@ def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
     if device.kind == "cpu":  # before the micro-batch rule times a step
         from posttrain.models.cpu_dropout import cheaper_lora_dropout
         from posttrain.models.flat_batches import flatten_scored_passes
-        from posttrain.models.frozen_weights import ALGORITHMS as FROZEN_BF16, store_frozen_in_bf16
 
         notes = [cheaper_lora_dropout(trainer.model)]
-        if trl_config.bf16 and recipe.training.algorithm in FROZEN_BF16:
-            notes.append(store_frozen_in_bf16(trainer.model))
         if ALGORITHMS[recipe.training.algorithm].family == "grpo":
             notes.append(flatten_scored_passes(trainer))
         for note in filter(None, notes):

@@ -19,13 +19,16 @@ Defaults that depend on the machine or the data are resolved when the run starts
   integers (`models/cpu_dropout.py`), and with bf16 autocast rows of at most 384 tokens take the
   model's eager attention (`models/cpu_attention.py`); both compute the same thing, faster.
 - SFT batching (`trl_config.batching_defaults`; a recipe that sets `padding_free`, `packing` or
-  `train_sampling_strategy` keeps its own): CUDA with flash attention -> `padding_free=True` (varlen
-  kernels; the same batches as TRL's, no padding computed). Elsewhere TRL's random batches: length
-  grouping was measured 1.2-1.3x faster on CPU (benchmarks/padding.py) but changed what `make demo`
-  learned (loose accuracy 0% against 61%), so it is opt-in; padding-free on CPU builds a dense mask
-  over the whole flattened batch. CPT keeps its fixed-block packing; vision SFT stays padded.
-  DPO: TRL 1.16 turned padding-free off (`padding_free` is a dead key there); `group_by_length`
-  works (posttrain supplies the pair lengths TRL's DPO data lacks) and is opt-in.
+  `train_sampling_strategy` keeps its own): `padding_free=True` where attention keeps the flattened
+  rows apart: CUDA with flash attention (varlen kernels) and a CPU with posttrain's CPU attention
+  (the recipe naming no `attn_implementation`; `models/cpu_attention.py`); the same batches as
+  TRL's, no padding computed. Elsewhere TRL's random batches: length grouping was measured 1.2-1.3x
+  faster on CPU (benchmarks/padding.py) but changed what `make demo` learned (loose accuracy 0%
+  against 61%), so it is opt-in. CPT keeps its fixed-block packing; vision SFT stays padded.
+  DPO: TRL 1.16 turned padding-free off (`padding_free` is a dead key there); on one CPU process the
+  micro-batch rule splits its batches (`algorithms/micro_batching.py`); `group_by_length` works
+  (posttrain supplies the pair lengths TRL's DPO data lacks) and is opt-in. GRPO/GSPO on a CPU score
+  their padded batches as one flattened row (`models/flat_batches.py`).
 - DPO `precompute_ref_log_probs=True` when the run makes 2+ passes over its data (num_train_epochs
   >= 2, no max_steps, no sync_ref_model; `trl_config.reference_defaults`): one reference pass
   before training replaces one per epoch (measured over one epoch: 1.36x faster with LoRA, 0.81x

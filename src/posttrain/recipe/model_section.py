@@ -26,7 +26,9 @@ class ModelSection(Section):
     attn_implementation: str | None = Field(
         None,
         description="Attention kernel: 'eager', 'sdpa' (when unset: PyTorch's fused attention, on every device; "
-        "training in bf16 on a CPU takes the model's eager attention for rows of <= 384 tokens, faster there), "
+        "on a CPU posttrain's own then keeps the rows of flattened (padding-free) batches apart, which SFT and GRPO use "
+        "there, and training in bf16 takes the model's eager attention for rows of <= 384 tokens; naming one here "
+        "turns both off), "
         "'flex_attention', 'flash_attention_2' / '_3' / '_4' (CUDA only, each needs its package: "
         "flash-attn, flash-attn-3, flash-attn-4), 'paged|eager', or a hub kernel 'org/repo' (needs the kernels package). "
         "Checked against the machine by `posttrain validate`.",

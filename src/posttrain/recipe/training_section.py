@@ -120,10 +120,11 @@ class TrainingBase(Section):
     )
     micro_batching: Literal["auto", False] = Field(
         "auto",
-        description="SFT and DPO on one CPU process: 'auto' (default) splits each padded batch into micro-batches with "
-        "gradient accumulation when that is estimated at least 1.1x faster, from the run's own token lengths and a forward "
-        "and backward timed on its model at start-up: the same rows per optimizer step and the same loss, less padding "
-        "computed (said at start-up; README 'No padding waste'). false keeps the batches as per_device_train_batch_size says.",
+        description="DPO (and SFT with padding_free false; SFT on a CPU is padding-free by default) on one CPU process: "
+        "'auto' (default) splits each padded batch into micro-batches with gradient accumulation when that is estimated at "
+        "least 1.05x faster, from the run's own token lengths and a forward and backward timed on its model at start-up "
+        "(under the run's autocast): the same rows per optimizer step and the same loss, less padding computed (said at "
+        "start-up; README 'No padding waste'). false keeps the batches as per_device_train_batch_size says.",
     )
     resume_from_checkpoint: Literal["auto", False] | str | None = Field(
         None,
