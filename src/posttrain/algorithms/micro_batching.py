@@ -1,5 +1,8 @@
 """On a CPU, padded SFT/DPO batches are split into micro-batches when that is faster: the same run, less padding.
 
+SFT on a CPU is padding-free by default (`trl_config.batching_defaults`), which this rule leaves
+alone; it decides for DPO, and for SFT run with `padding_free: false` or a named attention.
+
     line = split_if_faster(trainer, recipe.training.micro_batching, device.kind, world)   # after the trainer is built
 
 TRL pads each batch to its longest row, and on a CPU a padded token costs what a real one costs.

@@ -63,7 +63,7 @@ def batching_defaults(recipe: Recipe, device) -> dict[str, tuple[object, str]]:
     posttrain's CPU attention (`models/cpu_attention.py`: the rows laid side by side; without it sdpa
     would compute one dense mask over the whole flattened batch, no faster than padding). On a CPU
     this replaces the micro-batch rule for SFT: one pass over 8 SmolLM2 rows of 79-202 tokens took
-    3.26 s flattened against 4.25 s as the rule's 8 one-row passes (benchmarks/cpu_training_step.py).
+    3.31 s flattened against 5.12 s as the rule's 8 one-row passes (benchmarks/cpu_training_step.py).
     Length grouping (`train_sampling_strategy: group_by_length`) was measured 1.2-1.3x faster on CPU
     (benchmarks/padding.py) and was the CPU default for an hour, until `make demo`'s SFT learned
     nothing with it (train loss 2.05 against 1.37, loose accuracy 0% against 61%: when length tracks

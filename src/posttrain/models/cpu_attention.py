@@ -21,8 +21,8 @@ token against every other, most of it masked off (the cost grows with the square
 tokens); `rows_apart` instead lays the rows side by side, each padded to the longest, and attends
 within each row (the rule above per row), so attention costs what a padded batch's would while every
 other layer works on the real tokens only. One SmolLM2 LoRA step over 8 rows of 79-202 tokens:
-4.25 s as 8 one-row passes (the micro-batch rule's choice), 4.05 s flattened with sdpa's dense
-mask, 3.26 s flattened with rows apart (benchmarks/cpu_training_step.py).
+5.12 s as 8 one-row passes (the micro-batch rule's choice), 5.26 s padded, 4.33 s flattened with
+sdpa's dense mask, 3.31 s flattened with rows apart (benchmarks/cpu_training_step.py --parts batching).
 
 It is registered with transformers' AttentionInterface as "posttrain_cpu" (masks built as sdpa's),
 and `use_on_cpu` sets it on a model loaded with sdpa. transformers never writes the name into a

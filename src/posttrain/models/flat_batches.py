@@ -49,11 +49,6 @@ def _only_scoring(kwargs: dict) -> bool:
     return all(k in SCORED or v is None or v is False or k == "return_dict" for k, v in kwargs.items())
 
 
-def _only_scoring(kwargs: dict) -> bool:
-    """Nothing but a scored batch: other keys (PEFT passes inputs_embeds, output_* and return_dict through) unset."""
-    return all(k in SCORED or v is None or v is False or k == "return_dict" for k, v in kwargs.items())
-
-
 def _contiguous_rows(kwargs: dict):
     """(real-token mask, first real column, real length) per row, or None when the batch cannot be flattened."""
     ids, mask, labels = kwargs.get("input_ids"), kwargs.get("attention_mask"), kwargs.get("labels")
