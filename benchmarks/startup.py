@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     def contestants(i: int) -> dict[str, list[str]]:
         train = ["-m", "posttrain", "train", "--recipe", RECIPE, f"model.base_model_name={model}", f"data.datasets[0].name={data}",
-                 "training.bf16=false"]  # _direct_trl.py's precision, on any CPU: the same step 1
+                 "training.bf16=false",  # _direct_trl.py's precision, on any CPU: the same step 1
+                 "training.padding_free=false"]  # and its padded batches (posttrain flattens SFT batches on a CPU by default)
         out = {"trl": [str(HERE / "_direct_trl.py"), "sft", str(model_dir), str(data), str(work / f"trl-{i}"), "30"],
                "posttrain": [*train, f"training.output_dir={work / f'posttrain-{i}'}"]}
         if args.baseline:
