@@ -1,6 +1,6 @@
-"""Attention for training runs on a CPU that computes bf16 natively.
+"""Attention for training runs on a CPU: eager for short bf16 rows, and the rows of flattened batches kept apart.
 
-There posttrain trains under bf16 autocast (models/loading.py), and PyTorch's sdpa then runs its
+On a CPU that computes bf16 natively posttrain trains under bf16 autocast (models/loading.py), and PyTorch's sdpa then runs its
 CPU flash kernel in bf16, whose backward pass is slow for short rows: one SmolLM2 attention layer
 (9 query / 3 key-value heads, padding mask) took 17.8 ms forward + backward for 8 rows x 130 keys
 against 5.1 ms for the model's own eager attention (matmul, softmax, matmul), 31.1 against 16.4 ms
