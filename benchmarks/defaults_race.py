@@ -15,7 +15,8 @@ true`: r 16, all linear layers), TRL's as `trl sft --use_peft` builds them (r 16
 0.05, PEFT's default targets: q_proj, v_proj) and FAI-RL's shipped LoRA recipes (r 8, alpha 16,
 dropout 0.05, all seven projections). A contestant that runs past `--timeout` is stopped and the
 race goes on: its row shows "> LIMIT s" and its ratios are bounds ("posttrain >= 8.9x"), computed
-as if it had started training as fast as posttrain did and trained until the limit.
+as if it had started training as fast as posttrain did and trained until the limit. Its later repeats
+are not run (they would stop at the limit too; on an AVX2 CPU that saves TRL's emulated-bf16 runs).
 
 Three contestants train the same model (one saved directory, so identical starting weights) on the
 same generated data, each as a fresh process, in rotating order, `--repeats` times (median):
@@ -356,6 +357,10 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
     for i in range(args.repeats):
         order = names[i % len(names):] + names[: i % len(names)]  # each contestant goes first once in len(names) repeats
         for name in order:
+            if runs[name] and runs[name][-1]["timed_out"]:  # a repeat would only stop at the limit again
+                runs[name].append(runs[name][-1])
+                print(f"  {algorithm} run {i + 1}/{args.repeats} {name:<9} not run: it passed the limit in run {i}", flush=True)
+                continue
             out = work / f"{algorithm}-{name}-{i}"
             shutil.rmtree(out, ignore_errors=True)
             if name.startswith("posttrain"):
