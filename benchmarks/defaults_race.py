@@ -359,7 +359,7 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
         for name in order:
             if runs[name] and runs[name][-1]["timed_out"]:  # a repeat would only stop at the limit again
                 runs[name].append(runs[name][-1])
-                print(f"  {algorithm} run {i + 1}/{args.repeats} {name:<9} not run: it passed the limit in run {i}", flush=True)
+                print(f"  {algorithm} run {i + 1}/{args.repeats} {name:<9} not run: it passed the limit in an earlier run", flush=True)
                 continue
             out = work / f"{algorithm}-{name}-{i}"
             shutil.rmtree(out, ignore_errors=True)
@@ -498,8 +498,12 @@ def machine() -> dict:
         cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    info = {"cpu": cpu, "cores": os.cpu_count(), "load_average_at_start": os.getloadavg()}
     import torch
+
+    from posttrain.models.loading import cpu_bf16_flag
+
+    # None: bf16 is emulated (an AVX2 CPU), so posttrain trains float32 and TRL's bf16 default crawls
+    info = {"cpu": cpu, "cores": os.cpu_count(), "native_bf16": cpu_bf16_flag(), "load_average_at_start": os.getloadavg()}
 
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
