@@ -29,6 +29,7 @@ def check_toy_report(stdout: str, report: dict) -> None:
     assert "posttrain / TRL:" in stdout and "posttrain / FAI-RL:" in stdout
     assert report["toy"] is True and report["repeats"] == 1 and report["model"] == "tiny:qwen2-1m"
     assert report["machine"]["cores"] >= 1 and report["versions"]["trl"] and report["date"]
+    assert report["machine"]["native_bf16"] in (None, "avx512_bf16", "amx_bf16")  # which CPU kind the numbers are from
     assert report["matmul_peak"]["flops"] > 0
     sft = report["results"]["sft"]
     contestants = sft["contestants"]
