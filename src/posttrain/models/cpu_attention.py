@@ -3,9 +3,8 @@
 On a CPU that computes bf16 natively posttrain trains under bf16 autocast (models/loading.py), and
 PyTorch's sdpa then runs its CPU flash kernel in bf16, whose backward pass is slow for short rows:
 one SmolLM2 attention layer (9 query / 3 key-value heads, padding mask) took 17.8 ms forward +
-backward for 8 rows x 130 keys
-against 5.1 ms for the model's own eager attention (matmul, softmax, matmul), 31.1 against 16.4 ms
-at 4 x 384; at 2 x 1024 eager loses (160 against 81 ms: it keeps a rows x heads x keys^2 score
+backward for 8 rows x 130 keys against 5.1 ms for the model's own eager attention (matmul, softmax,
+matmul), 31.1 against 16.4 ms at 4 x 384; at 2 x 1024 eager loses (160 against 81 ms: it keeps a rows x heads x keys^2 score
 matrix). A whole SmolLM2 LoRA training step (checkpointing on) was 1.07-1.13x faster with eager at
 130 tokens, 1.03-1.07x at 384, and 1.22-1.26x slower at 768 (benchmarks/cpu_training_step.py, two
 runs; steps vary about 10% run to run). So `short_eager_else_sdpa` takes the model's eager
