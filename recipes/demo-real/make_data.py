@@ -11,7 +11,11 @@ plus a sum), all with one short system prompt that asks for the number in <answe
   (loose accuracy, not strict), and sampling sometimes uses the tags: a signal for GRPO.
 - grpo.jsonl: 400 other training problems, question/answer (the gold number), for GRPO.
 - eval.jsonl: 100 held-out problems (the share of the problem space training data never holds)
-  as chats with the same system prompt, for `posttrain compare --task custom`.
+  as chats with the same system prompt: the dev set. GRPO scores it while it trains (held_out in
+  grpo.yaml), and recipes were tuned on it.
+- test.jsonl: 300 other held-out problems (no question of eval.jsonl, none repeated), the same chats:
+  the test set of `make demo-real`'s compare and of the pre-registered experiment
+  (benchmarks/results/grpo_real/plan.md). No recipe was tuned on it.
 """
 
 from __future__ import annotations
@@ -40,8 +44,15 @@ def main() -> None:
     held_out = problems(100, seed=12, held_out=True)
     evaluation = [{"id": f"real-{i}", "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": p["question"]}],
                    "answer": p["answer"]} for i, p in enumerate(held_out)]
+    dev = {p["question"] for p in held_out}
+    test, seen = [], set(dev)
+    for p in problems(2000, seed=13, held_out=True):
+        if len(test) < 300 and p["question"] not in seen:
+            seen.add(p["question"])
+            test.append({"id": f"test-{len(test)}", "prompt": [{"role": "system", "content": SYSTEM},
+                                                             {"role": "user", "content": p["question"]}], "answer": p["answer"]})
     HERE.mkdir(exist_ok=True)
-    for name, rows in (("sft", sft), ("grpo", grpo), ("eval", evaluation)):
+    for name, rows in (("sft", sft), ("grpo", grpo), ("eval", evaluation), ("test", test)):
         (HERE / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         print(f"{HERE / name}.jsonl: {len(rows)} rows")
 
