@@ -7,6 +7,7 @@ so the run imports the builders and no builder imports the run.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,7 @@ class Run:
     stop: object = None  # posttrain.algorithms.interrupt.GracefulStop: Ctrl-C / SIGTERM save a checkpoint and stop
     argv: list = field(default_factory=list)  # the command's arguments after `posttrain` (secrets blanked): for the resume command
     summary: dict = field(default_factory=dict)  # what the builder adds to run_summary.json (reward: held-out pair accuracy)
+    held_out: object = None  # posttrain.algorithms.held_out.HeldOutScores when the recipe has a held_out section
 
     def trainer_kwargs(self) -> dict:
         """What every TRL trainer takes; algorithm modules add their own (reward functions, ...)."""
@@ -50,3 +52,20 @@ def log(msg: str = "") -> None:
 
 def is_local_main_process() -> bool:
     return int(os.environ.get("LOCAL_RANK", "0")) == 0
+
+
+@contextmanager
+def without_autocast(model):
+    """Run `model`'s float32 forward inside the block (generation: GRPO's rollouts, held-out scoring):
+    accelerate keeps the forward it wrapped in autocast as `_original_forward` (set at `prepare`, so
+    from the first step on); a model it did not wrap needs nothing."""
+    original = model.__dict__.get("_original_forward")
+    if original is None:
+        yield
+        return
+    autocast_forward = model.forward
+    model.forward = original
+    try:
+        yield
+    finally:
+        model.forward = autocast_forward

@@ -18,9 +18,11 @@ the tools run isolated and their use counted by posttrain (`posttrain.algorithms
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 
 from posttrain.rewards.builtin import get_reward
+
+from .common import without_autocast
 
 
 def reward_functions(training, dtype=None) -> tuple[list, list]:
@@ -122,7 +124,7 @@ def route_generate(trainer, engine: str, timers=None) -> str:
             said.add(reason)
             print(f"rollouts: transformers' generate for this call ({reason} is not implemented by posttrain's loop)", flush=True)
         started = time.perf_counter()
-        with _without_autocast(model) if float32 else nullcontext():
+        with without_autocast(model) if float32 else nullcontext():
             if fast and reason is None:
                 if packed_at_step[0] != trainer.state.global_step:  # the weights trained since the last rollout
                     forget_trained(model)
@@ -162,20 +164,3 @@ def new_tokens(completions, generation_config) -> int:
     is_stop = torch.isin(completions, torch.tensor(stop, device=completions.device))
     first = torch.where(is_stop.any(1), is_stop.int().argmax(1) + 1, torch.full_like(is_stop[:, 0], completions.shape[1], dtype=torch.long))
     return int(first.sum())
-
-
-@contextmanager
-def _without_autocast(model):
-    """Run `model`'s float32 forward inside the block: accelerate keeps the forward it wrapped in
-    autocast as `_original_forward` (set at `prepare`, so from the first step on); a model it did not
-    wrap needs nothing."""
-    original = model.__dict__.get("_original_forward")
-    if original is None:
-        yield
-        return
-    autocast_forward = model.forward
-    model.forward = original
-    try:
-        yield
-    finally:
-        model.forward = autocast_forward

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from transformers import TrainerCallback
 
-from posttrain.monitoring.health import EMPTY_THINK_KEY, HealthTracker, empty_think_share, render_health
+from posttrain.monitoring.health import EMPTY_THINK_KEY, HELD_OUT_PREFIX, HealthTracker, empty_think_share, render_health
 from posttrain.monitoring.speed import flops_per_token, mfu
 
 
@@ -124,7 +124,8 @@ class RunMonitor(TrainerCallback):
         self._interval_steps = 0
         self._last_tokens: float | None = None
         self.totals = {"step_s": 0.0, "steps": 0, "tokens": 0.0, "token_s": 0.0, "generation_s": 0.0, "scoring_s": 0.0,
-                       "logprobs_s": 0.0, "optimizer_s": 0.0, "decoded_tokens": 0, "decode_s": 0.0, "mfu_s": 0.0}
+                       "logprobs_s": 0.0, "optimizer_s": 0.0, "decoded_tokens": 0, "decode_s": 0.0, "mfu_s": 0.0,
+                       "held_out_s": 0.0}
 
     # -- timing -----------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
@@ -179,12 +180,19 @@ class RunMonitor(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or "train_runtime" in logs or any(k.startswith("eval_") for k in logs):
             return
+        if any(k.startswith(HELD_OUT_PREFIX) for k in logs):  # a held-out evaluation's own record (algorithms/held_out.py)
+            self.totals["held_out_s"] += logs.get("time/held_out_s", 0.0)
+            return self._check_health(logs, state, control)
         self._add_speed(logs, state)
         if self.tools is not None:
             counts = self.tools.take()  # tools/* since the last record, when a generation happened
             logs.update(counts)
             for key in ("calls", "errors", "timeouts", "crashes", "truncated", "environment_errors", "cut_off"):
                 self.tool_totals[key] = self.tool_totals.get(key, 0) + counts.get(f"tools/{key}", 0)
+        return self._check_health(logs, state, control)
+
+    def _check_health(self, logs: dict, state, control):
+        """Feed the record to the health checks; print each new flag, and stop on the ones in stop_on."""
         self.health.add({"step": state.global_step, **logs})
         self.flags = self.health.flags()
         seen = self._announced
@@ -266,6 +274,8 @@ class RunMonitor(TrainerCallback):
             speed["optimizer_s"] = round(t["optimizer_s"] / t["steps"], 4)
             if t["decode_s"] > 0:
                 speed["generation_tokens_per_s"] = round(t["decoded_tokens"] / t["decode_s"], 2)
+        if t["held_out_s"]:  # not part of any step's time: the held-out evaluations run between steps
+            speed["held_out_s_total"] = round(t["held_out_s"], 2)
         out = {"speed": speed, "health": [f.as_dict() for f in self.flags], "stopped_by": self.stopped_by}
         if self.tools is not None:
             out["tools"] = dict(self.tool_totals)

@@ -101,6 +101,10 @@ def run_training(loaded_recipe: LoadedRecipe, argv: list[str] | None = None) -> 
         trainer.save_model(str(run.output_dir))
         if is_main_process():
             _write_summary(run, result)
+            if run.held_out is not None and run.held_out.best is not None:
+                best = run.held_out.best
+                log(f"held-out best: step {best['step']} (strict {100 * best['strict']:.1f}%, loose {100 * best['loose']:.1f}%, "
+                    f"by {best['metric']}), saved in {run.output_dir / 'best'}")
             readable_like_the_rest(run.output_dir)
             _report_checkpoint(run.output_dir, loaded_recipe.recipe)
             uploaded = run.storage.finish(run.output_dir)
@@ -166,6 +170,7 @@ def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
     storage = run_storage(recipe.s3)
     resume_from = _resume_from(recipe, output_dir, storage, recipe_text, argv)  # before anything heavy loads
     train_dataset, eval_dataset, data_format, reports, drops = _read_data(recipe, seed)
+    held_out = _held_out(recipe, output_dir)  # its items are read now: a bad file fails before the model loads
     device = DeviceInfo.detect()
     trl_config = _trl_config(recipe, device, data_format)
     world = trl_config.world_size  # starts the process group when there are several processes
@@ -190,9 +195,11 @@ def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
     stop = GracefulStop(log, world)
     segments = RunSegments(output_dir, load_progress(resume_from), checkpoint_step(resume_from) if resume_from else 0, monitor, stop)
     run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, peft_config, output_dir,
-              _callbacks(recipe, monitor, output_dir, recipe_text, storage, stop, segments, resume_from), reports, resume_from, storage,
-              lock, monitor, prompt_audits, toolbox, segments, stop, argv)
+              _callbacks(recipe, monitor, output_dir, recipe_text, storage, stop, segments, resume_from, held_out), reports, resume_from,
+              storage, lock, monitor, prompt_audits, toolbox, segments, stop, argv, held_out=held_out)
     trainer = build_trainer(run)  # user rewards import here: a failure leaves output_dir as it was
+    if held_out is not None:
+        held_out.attach(trainer)
     if device.kind == "cpu":  # before the micro-batch rule times a step
         from posttrain.models.cpu_dropout import cheaper_lora_dropout
         from posttrain.models.flat_batches import flatten_scored_passes
@@ -277,11 +284,29 @@ def _load_model(recipe, device, trl_config, seed: int) -> LoadedModel:
     return loaded
 
 
-def _callbacks(recipe, monitor, output_dir: Path, recipe_text: str, storage, stop, segments, resume_from) -> list:
+def _held_out(recipe, output_dir: Path):
+    """The held-out scorer of a recipe with a held_out section (algorithms/held_out.py), its items loaded; else None."""
+    if recipe.held_out is None:
+        return None
+    from posttrain.errors import UserError
+
+    from .held_out import HeldOutScores, load_items
+
+    try:
+        items = load_items(recipe.held_out)
+    except UserError as e:
+        raise UserError(f"held_out: {e}") from None
+    log(f"held-out: {len(items)} items of task {recipe.held_out.task}, scored at step 0 and every {recipe.held_out.every} steps")
+    return HeldOutScores(recipe.held_out, items, output_dir, rl=ALGORITHMS[recipe.training.algorithm].rl,
+                         use_chat_template=getattr(recipe.data, "use_chat_template", True))
+
+
+def _callbacks(recipe, monitor, output_dir: Path, recipe_text: str, storage, stop, segments, resume_from, held_out=None) -> list:
     # the monitor adds speed/health keys to each log record: before MetricsFile here, before the trackers in monitor_first;
-    # the checkpoint's recipe and segments are written before the S3 uploader snapshots it
+    # the checkpoint's recipe and segments are written before the S3 uploader snapshots it; the held-out scorer's
+    # evaluation at a step comes after the monitor has timed the step, and before the checkpoint of that step is saved
     callbacks = [monitor, stop, MetricsFile(output_dir / "metrics.jsonl"), RecipeInCheckpoints(output_dir, recipe_text), segments,
-                 *storage.callbacks()]
+                 *([held_out] if held_out is not None else []), *storage.callbacks()]
     if resume_from is not None:
         callbacks.append(ScheduleOnResume())
     training = recipe.training
@@ -404,7 +429,8 @@ def keep_metrics(path: Path, upto_step: int) -> None:
 def _write_summary(run: Run, result) -> None:
     """run_summary.json: the whole run, over every segment (each start or resume that trained it)."""
     segments = run.segments.segments(result.global_step, "finished")
-    whole = whole_run(segments, read_records(run.output_dir / "metrics.jsonl"))
+    records = read_records(run.output_dir / "metrics.jsonl")
+    whole = whole_run(segments, records)
     if whole["train_loss"] is None and len(segments) == 1:  # nothing logged a loss: the Trainer's own mean
         whole["train_loss"] = result.training_loss
     segments = whole.pop("segments")
@@ -418,11 +444,12 @@ def _write_summary(run: Run, result) -> None:
         "token_audit": [a.to_dict() for a in run.token_audits],
         "model_notes": run.loaded.notes,
         **(run.monitor.summary() if run.monitor else {}),
+        **({"held_out": run.held_out.summary(records)} if run.held_out is not None else {}),
         **run.summary,
         "segments": segments,  # listed last: the whole run's figures come first
     }
     (run.output_dir / "run_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    write_run_card(run.output_dir, summary, run.loaded_recipe.recipe, read_records(run.output_dir / "metrics.jsonl"), provenance())
+    write_run_card(run.output_dir, summary, run.loaded_recipe.recipe, records, provenance())
 
 
 def _report_checkpoint(output_dir: Path, recipe) -> None:

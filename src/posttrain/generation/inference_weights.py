@@ -143,16 +143,17 @@ def decoding_forwards(model, rows: int) -> dict:
     return found
 
 
-def forget_trained(model) -> int:
+def forget_trained(model, *, frozen_too: bool = False) -> int:
     """Drop the packed and merged copies that depend on a trainable parameter of `model` (call it
-    after an optimizer step); frozen weights keep theirs. Returns how many were dropped."""
+    after an optimizer step); frozen weights keep theirs, unless `frozen_too` (a run that will not
+    decode again soon: its copies would only hold memory). Returns how many were dropped."""
     dropped = 0
     for module in model.modules():
         owners = [module] if hasattr(module, "_posttrain_merged") or hasattr(module, "_posttrain_packed") else []
         owners += [p for p in module.parameters(recurse=False) if hasattr(p, "_posttrain_packed")]
         for owner in owners:
             params = list(owner.parameters()) if hasattr(owner, "parameters") else [owner]
-            if any(p.requires_grad for p in params):
+            if frozen_too or any(p.requires_grad for p in params):
                 for name in ("_posttrain_packed", "_posttrain_merged"):
                     if owner.__dict__.pop(name, None) is not None:
                         dropped += 1

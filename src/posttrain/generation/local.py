@@ -70,6 +70,18 @@ class TransformersEngine:
         self.model, self.tokenizer, self.stop_token_ids, self.notes, self.processor = loaded  # processor: VLMs only
         self.batch_size = batch_size or default_batch_size(self.model.device)
 
+    @classmethod
+    def around(cls, model, tokenizer, name: str, *, batch_size: int | None = None, use_chat_template: bool = True):
+        """An engine over a model already in memory (a model being trained: `algorithms.held_out`), without
+        loading or changing it: its stop tokens are read as `load_for_generation` reads them, and decoding
+        uses posttrain's loop, as `posttrain eval` does. The caller puts the model in eval mode."""
+        engine = cls.__new__(cls)
+        engine.name, engine.decoder, engine.use_chat_template, engine.progress = name, "posttrain", use_chat_template, False
+        engine.model, engine.tokenizer, engine.processor, engine.notes = model, tokenizer, None, []
+        engine.stop_token_ids = stop_token_ids(model.generation_config, tokenizer)
+        engine.batch_size = batch_size or default_batch_size(model.device)
+        return engine
+
     def __repr__(self) -> str:
         return f"TransformersEngine({self.name!r}, batch_size={self.batch_size})"
 

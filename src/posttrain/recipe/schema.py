@@ -21,6 +21,7 @@ from pydantic import ConfigDict, Field, create_model, model_validator
 
 from .algorithms import ALGORITHMS, DATA_SHAPES, RL_ALGORITHMS, VISION_ALGORITHMS
 from .data_section import DataSection, DatasetSpec  # noqa: F401  (importable from here, as before the split)
+from .held_out_section import HeldOutSection
 from .liveness import inactive_keys
 from .model_section import ATTN_IMPLEMENTATIONS, HUB_KERNEL, LORA_KEYS, ModelSection  # noqa: F401
 from .rl_section import RL_ONLY_HINTS, TOOL_KEYS, GRPOTrainingBase, GSPOTrainingBase, RewardSpec, RLTrainingBase  # noqa: F401
@@ -80,10 +81,13 @@ class Recipe(Section):
     training: TrainingBase
     tracking: TrackingSection = Field(default_factory=TrackingSection)
     s3: S3Section | None = Field(None, description="Upload checkpoints and the final model to S3 (or an S3-compatible store).")
+    held_out: HeldOutSection | None = Field(
+        None, description="Score a held-out task while training (the items and scorer of `posttrain eval`), at step 0 and every "
+        "held_out.every steps; the run flags a significant fall below step 0 (held_out_regression) and keeps the best model.")
 
     @model_validator(mode="after")
     def _cross_section(self):
-        raise_all(self._storage_checks() + self._distributed_checks() + self._keys_used_by_this_algorithm() + self._row_templates_used()
+        raise_all(self._storage_checks() + self._distributed_checks() + self._held_out_checks() + self._keys_used_by_this_algorithm() + self._row_templates_used()
                   + self._vision_checks() + self._evaluation_is_wired() + inactive_keys(self) + self._tracking_keys_used()
                   + self._tool_checks())
         return self
@@ -101,6 +105,17 @@ class Recipe(Section):
                      "prompts); use data.prompt_truncation=drop.")]
         if self.uses_images:
             return [(key, "tools with image prompts are not supported by posttrain yet; use text prompts.")]
+        return []
+
+    def _held_out_checks(self) -> list[tuple[str, str]]:
+        """Held-out scoring generates with whole weights on each process; its flag needs it."""
+        if self.held_out is not None and self.training.distributed in ("zero3", "zero3_offload", "fsdp"):
+            return [("held_out", f"training.distributed={self.training.distributed!r} shards the weights, and posttrain's held-out "
+                     "scoring generates with whole weights on each process (not supported with sharding yet); use ddp or zero2, "
+                     "or score the checkpoints afterwards with posttrain compare.")]
+        if self.held_out is None and "held_out_regression" in self.training.stop_on:
+            return [("training.stop_on", "held_out_regression fires on held-out scores, and the recipe has no held_out section, "
+                     "so it would never fire; add held_out (a task to score while training) or remove the flag.")]
         return []
 
     def _storage_checks(self) -> list[tuple[str, str]]:
