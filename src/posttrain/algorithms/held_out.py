@@ -114,8 +114,11 @@ class HeldOutScores(TrainerCallback):
         trainer = self.trainer
         trainer.state.log_history.append({**record, "step": step})
         # the record goes to every callback's on_log as Trainer.log would send it, without TRL's log override,
-        # which would merge and clear the step's pending training metrics
+        # which would merge and clear the step's pending training metrics; the handler clears should_log, which
+        # must stay as the step set it, or the step's own training record would not be logged
+        should_log = control.should_log
         trainer.control = trainer.callback_handler.on_log(trainer.args, state, control, record)
+        trainer.control.should_log = should_log
         if self._is_main():
             log(_line(record, step))
 

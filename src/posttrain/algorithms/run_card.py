@@ -80,6 +80,7 @@ def render(summary: dict, recipe, records: list[dict], provenance: dict, adapter
     if metrics:
         lines += ["", "## Final metrics", "", "| metric | value | at step |", "|---|---|---|"]
         lines += [f"| {k} | {_fmt(v)} | {step} |" for k, (step, v) in metrics.items()]
+    lines += _held_out(summary.get("held_out"))
     health = summary.get("health") or []
     lines += ["", "## Health", ""]
     steps = lambda f: f"step {f.get('first_step')}" if f.get("first_step") == f.get("last_step") else f"steps {f.get('first_step')}-{f.get('last_step')}"
@@ -91,6 +92,23 @@ def render(summary: dict, recipe, records: list[dict], provenance: dict, adapter
               + f"; the resolved recipe is `resolved_recipe.yaml`, the TRL config `trl_config.json`, every log record "
               "`metrics.jsonl`, the summary `run_summary.json`.", ""]
     return "\n".join(lines)
+
+
+def _held_out(held_out: dict | None) -> list[str]:
+    """The held-out task's scores at each evaluation (recipe's held_out section), and the best model."""
+    if not held_out or not held_out.get("scores"):
+        return []
+    pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"
+    change = lambda s, m: f"{s[m + '_fixed']} fixed / {s[m + '_broken']} broken (p = {float(s[m + '_p']):.2g})" if m + "_p" in s else "-"
+    lines = ["", "## Held-out accuracy", "", f"Task `{held_out['task']}`, {held_out['items']} items, greedy, scored while training "
+             "(the items and scorer of `posttrain eval`); changes are paired against step 0 (exact McNemar).", "",
+             "| step | strict | loose | strict vs step 0 | loose vs step 0 |", "|---|---|---|---|---|"]
+    lines += [f"| {s['step']} | {pct(s.get('strict'))} | {pct(s.get('loose'))} | {change(s, 'strict')} | {change(s, 'loose')} |"
+              for s in held_out["scores"]]
+    best = held_out.get("best")
+    if best:
+        lines += ["", f"The best evaluation (by {best['metric']} accuracy) was step {best['step']}: its model is in `best/`."]
+    return lines
 
 
 def write_run_card(output_dir: Path, summary: dict, recipe, records: list[dict], provenance: dict) -> Path:

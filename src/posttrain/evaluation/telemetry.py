@@ -17,6 +17,7 @@ from posttrain.errors import UserError
 # (metric key in metrics.jsonl, label); per-reward means are added per run.
 CORE_METRICS = [
     ("reward", "reward"),
+    ("frac_reward_zero_std", "groups with identical rewards (no learning signal), share"),
     ("completions/mean_length", "completion length"),
     ("entropy", "entropy"),
     ("kl", "KL"),
@@ -116,18 +117,42 @@ def render_health_and_speed(runs: list[RunMetrics]) -> str:
         lines.append(render_health(run_health(run), title=f"- {run.name}", rl=run.rl).replace("\n  - ", "\n    - "))
         if run.summary and run.summary.get("stopped_by"):
             lines.append(f"    stopped early by training.stop_on: {run.summary['stopped_by']} at step {run.summary.get('global_step')}")
-    lines += ["", "## speed (whole run)", "", "| run | tokens/s | samples/s | s/step | generation | scoring | training | MFU | peak |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "## speed (whole run)", "", "| run | tokens/s | samples/s | s/step | generation | scoring | training | MFU | peak | held-out scoring (s, all) |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         speed = (run.summary or {}).get("speed") or {}
         cells = [_cell(speed.get(k)) for k in ("tokens_per_s", "samples_per_s", "step_s", "generation_s", "scoring_s", "training_s")]
         mfu = speed.get("mfu")
         cells.append(_cell(mfu, percent=True))
         cells.append(speed.get("peak", "-"))
+        cells.append(_cell(speed.get("held_out_s_total")))
         lines.append(f"| {run.name} | " + " | ".join(cells) + " |")
     lines += ["", "tokens/s: non-padding tokens trained per second of step time; generation/scoring/training: seconds per "
-              "step (RL); MFU: training FLOPs (6N per token, 4N + 2N_trainable with LoRA) over the peak.", ""]
-    return "\n".join(lines + render_rl_step(runs))
+              "step (RL); MFU: training FLOPs (6N per token, 4N + 2N_trainable with LoRA) over the peak; held-out scoring: "
+              "every held-out evaluation's seconds together (between steps, in no step's time).", ""]
+    return "\n".join(lines + render_rl_step(runs) + render_held_out(runs))
+
+
+def render_held_out(runs: list[RunMetrics]) -> list[str]:
+    """Every held-out evaluation of the runs that scored one: accuracy, pass@k, the paired change since step 0, its cost."""
+    lines = []
+    for run in runs:
+        evaluations = [r for r in run.records if isinstance(r.get("held_out/strict"), (int, float))]
+        if not evaluations:
+            continue
+        passes = sorted({k for r in evaluations for k in r if k.startswith("held_out/pass@")})
+        header = ["step", "strict", "loose", *(k.removeprefix("held_out/") for k in passes), "strict vs step 0", "loose vs step 0", "seconds"]
+        lines += [f"## held-out accuracy: {run.name} ({evaluations[0].get('held_out/n')} items, greedy)", "",
+                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for r in evaluations:
+            changes = [f"{r[f'held_out/{m}_fixed']} fixed / {r[f'held_out/{m}_broken']} broken, p = {float(r[f'held_out/{m}_p']):.2g}"
+                       if f"held_out/{m}_p" in r else "-" for m in ("strict", "loose")]
+            cells = [str(r["step"]), *(_cell(r.get(k), percent=True) for k in ("held_out/strict", "held_out/loose", *passes)), *changes,
+                     _cell(r.get("time/held_out_s"))]
+            lines.append("| " + " | ".join(cells) + " |")
+        best = ((run.summary or {}).get("held_out") or {}).get("best")
+        lines += ["", f"Best: step {best['step']} by {best['metric']} accuracy, saved in {best['path']}." if best else "", ""]
+    return lines
 
 
 def render_rl_step(runs: list[RunMetrics]) -> list[str]:
@@ -152,6 +177,7 @@ def render_rl_step(runs: list[RunMetrics]) -> list[str]:
 
 
 def metric_keys(runs: list[RunMetrics]) -> list[tuple[str, str]]:
+    """The binned tables' metrics: the core ones with each reward's mean after the reward."""
     keys = list(CORE_METRICS)
     per_reward = sorted({k for run in runs for r in run.records for k in r if k.startswith("rewards/") and k.endswith("/mean")})
     return keys[:1] + [(k, k.removeprefix("rewards/").removesuffix("/mean") + " reward") for k in per_reward] + keys[1:]
@@ -172,8 +198,12 @@ def binned(run: RunMetrics, key: str, ranges) -> list[float | None]:
     return out
 
 
-# Logged as a fraction of the peak (metrics.jsonl, run_summary.json); every table and plot shows a percentage.
-PERCENT_KEYS = {"speed/mfu"}
+# The held-out evaluations' accuracies (algorithms/held_out.py): one record per evaluation, so they get their own
+# table (every evaluation, with its paired change since step 0) and their own panels in the plot, not binned rows.
+HELD_OUT_METRICS = [("held_out/strict", "held-out strict accuracy (%)"), ("held_out/loose", "held-out loose accuracy (%)")]
+
+# Logged as a fraction (of the peak; of the items); every table and plot shows a percentage.
+PERCENT_KEYS = {"speed/mfu", "held_out/strict", "held_out/loose"}
 
 
 def _cell(value: float | None, percent: bool = False) -> str:
@@ -220,7 +250,7 @@ def figure(runs: list[RunMetrics]):
         from matplotlib.lines import Line2D
     except ImportError:
         raise UserError("--plot needs matplotlib: pip install matplotlib (or pip install 'posttrain[plot]')") from None
-    keys = [(k, label) for k, label in metric_keys(runs) if any(k in r for run in runs for r in run.records)]
+    keys = [(k, label) for k, label in HELD_OUT_METRICS + metric_keys(runs) if any(k in r for run in runs for r in run.records)]
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colours = {run.name: cycle[i % len(cycle)] for i, run in enumerate(runs)}
     cols = 3
@@ -230,8 +260,8 @@ def figure(runs: list[RunMetrics]):
         for run in runs:
             scale = 100 if key in PERCENT_KEYS else 1
             points = [(r["step"], scale * r[key]) for r in run.records if isinstance(r.get(key), (int, float))]
-            if points:
-                ax.plot(*zip(*points), label=run.name, color=colours[run.name])
+            if points:  # held-out accuracy: a few evaluations, each drawn as a point
+                ax.plot(*zip(*points), label=run.name, color=colours[run.name], marker="o" if key.startswith("held_out/") else None)
         ax.set_title(label)
         ax.set_xlabel("step")
     for ax in list(axes.flat)[len(keys):]:

@@ -1,0 +1,112 @@
+"""Held-out accuracy while training (the recipe's held_out section), through the real CLI on a tiny model.
+
+A tiny model learns the demo's sums by SFT while scoring the demo's held-out items; then GRPO with
+LoRA and a learning rate far too high is made to regress from it, and the held_out_regression flag
+must fire and stop the run. What a user relies on: the scores are `posttrain eval`'s scores, they
+reach metrics.jsonl, the report and the run card, the best model is kept, and scoring changes
+nothing about what trains.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+EVAL = "recipes/demo/data/eval.jsonl"
+SFT = ["train", "--recipe", "recipes/demo/sft.yaml", "training.max_steps=60", "training.logging_steps=5"]
+HELD_OUT = [f"held_out={{task: custom, data: {EVAL}, n: 40, every: 30, max_new_tokens: 8, pass_k: 2}}"]
+
+
+def _records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _held_out(run: Path) -> list[dict]:
+    return [r for r in _records(run) if "held_out/strict" in r]
+
+
+def _ok(result):
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, cli):
+    root = tmp_path_factory.mktemp("held-out")
+    scored = _ok(cli(*SFT, f"training.output_dir={root / 'sft'}", *HELD_OUT))
+    (root / "sft.log").write_text(scored.stdout + scored.stderr)
+    _ok(cli(*SFT, f"training.output_dir={root / 'plain'}"))
+    return root
+
+
+def test_scores_are_logged_at_step_0_every_n_steps_and_the_last(runs):
+    evaluations = _held_out(runs / "sft")
+    assert [r["step"] for r in evaluations] == [0, 30, 60]
+    for r in evaluations:
+        assert r["held_out/n"] == 40 and 0 <= r["held_out/strict"] <= r["held_out/loose"] <= 1 and r["time/held_out_s"] > 0
+        assert 0 <= r["held_out/pass@2_strict"] <= r["held_out/pass@2_loose"] <= 1
+    assert "held_out/loose_p" not in evaluations[0]  # step 0 is the baseline
+    assert evaluations[-1]["held_out/loose"] > evaluations[0]["held_out/loose"]  # SFT taught the sums
+    last = evaluations[-1]
+    assert last["held_out/loose_fixed"] > last["held_out/loose_broken"] and last["held_out/loose_p"] < 0.05
+    log = (runs / "sft.log").read_text()
+    assert "held-out step 0:" in log and "held-out step 60:" in log and "held-out best: step 60" in log
+    # the per-item answers, one file per evaluation, as `posttrain eval` writes them
+    answers = [json.loads(line) for line in (runs / "sft" / "held_out" / "step-60.jsonl").read_text().splitlines()]
+    assert len(answers) == 40 and sum(a["loose"] for a in answers) / 40 == pytest.approx(last["held_out/loose"])
+
+
+def test_the_last_score_is_what_posttrain_eval_gives_the_saved_model(runs, cli):
+    out = runs / "eval"
+    _ok(cli("eval", "--model", str(runs / "sft"), "--task", "custom", "--data", EVAL, "--n", "40", "--max-new-tokens", "8",
+            "--no-progress", "--out", str(out)))
+    evaluated = {r["id"]: r for r in map(json.loads, (out / "samples.jsonl").read_text().splitlines())}
+    scored = {r["id"]: r for r in map(json.loads, (runs / "sft" / "held_out" / "step-60.jsonl").read_text().splitlines())}
+    assert evaluated.keys() == scored.keys()
+    assert [evaluated[i]["completion"] for i in scored] == [scored[i]["completion"] for i in scored]
+
+
+def test_scoring_changes_nothing_about_what_trains(runs):
+    losses = lambda run: [(r["step"], r["loss"]) for r in _records(run) if "loss" in r]
+    assert losses(runs / "sft") == losses(runs / "plain") and len(losses(runs / "plain")) == 12
+
+
+def test_summary_report_card_and_best_model(runs, cli):
+    summary = json.loads((runs / "sft" / "run_summary.json").read_text())
+    held = summary["held_out"]
+    assert [s["step"] for s in held["scores"]] == [0, 30, 60] and held["items"] == 40
+    assert held["best"]["step"] == 60 and held["best"]["metric"] == "strict"
+    assert summary["speed"]["held_out_s_total"] == pytest.approx(sum(s["seconds"] for s in held["scores"]), abs=0.01)
+    best = runs / "sft" / "best"
+    assert json.loads((best / "held_out.json").read_text())["step"] == 60 and (best / "model.safetensors").is_file()
+    card = (runs / "sft" / "README.md").read_text()
+    assert "## Held-out accuracy" in card and "| 60 |" in card
+    report = _ok(cli("report", str(runs / "sft"), "--out", str(runs / "report.md"))).stdout
+    assert "## held-out accuracy: sft (40 items, greedy)" in report and "| 30 |" in report
+    assert "held-out scoring (s, all)" in report
+
+
+def test_a_run_made_to_regress_raises_the_flag_and_stops(runs, cli):
+    """GRPO with LoRA from the SFT model at a learning rate far too high: held-out accuracy collapses, the flag
+    names the step, and training.stop_on ends the run there with a checkpoint."""
+    out = runs / "regress"
+    result = _ok(cli("train", "--recipe", "recipes/demo/grpo.yaml", f"model.base_model_name={runs / 'sft'}", "model.use_lora=true",
+                     f"training.output_dir={out}", "training.learning_rate=0.05", "training.max_steps=12",
+                     "training.per_device_train_batch_size=16", "training.save_strategy=steps", "training.save_steps=100",
+                     "training.stop_on=[held_out_regression]",
+                     f"held_out={{task: custom, data: {EVAL}, n: 40, every: 2, max_new_tokens: 8}}"))
+    summary = json.loads((out / "run_summary.json").read_text()) if (out / "run_summary.json").is_file() else None
+    flagged = [r for r in _held_out(out) if r.get("held_out/loose_p", 1) < 0.05 and r["held_out/loose_broken"] > r["held_out/loose_fixed"]
+               or r.get("held_out/strict_p", 1) < 0.05 and r["held_out/strict_broken"] > r["held_out/strict_fixed"]]
+    assert flagged, _held_out(out)
+    step = flagged[0]["step"]
+    assert f"health: held_out_regression (step {step}): held-out" in result.stdout
+    assert f"stopping at step {step} (training.stop_on: held_out_regression)" in result.stdout
+    assert (out / f"checkpoint-{step}" / "adapter_model.safetensors").is_file()
+    assert summary is None or summary["stopped_by"] == "held_out_regression"
+    best = json.loads((out / "best" / "held_out.json").read_text())
+    assert best["step"] < step and (out / "best" / "adapter_model.safetensors").is_file()  # the adapter, not a full model
