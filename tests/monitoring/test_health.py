@@ -158,6 +158,34 @@ def test_tool_timeouts_fire_on_the_first_one():
     assert flag.detail.startswith("4 tool call(s) ran past training.tool_timeout")
 
 
+def held_out(step, strict, loose, vs_start=None):
+    """A held-out evaluation record (algorithms/held_out.py); vs_start: {metric: (fixed, broken, p)} against step 0."""
+    record = {"step": step, "held_out/n": 100, "held_out/strict": strict, "held_out/loose": loose, "time/held_out_s": 3.0}
+    for metric, (fixed, broken, p) in (vs_start or {}).items():
+        record.update({f"held_out/{metric}_fixed": fixed, f"held_out/{metric}_broken": broken, f"held_out/{metric}_p": p})
+    return record
+
+
+def test_held_out_regression_fires_at_the_first_significant_fall_below_step_0():
+    records = healthy(steps=30)
+    records.insert(0, held_out(0, 0.0, 0.70))
+    records.insert(11, held_out(10, 0.10, 0.66, {"strict": (10, 0, 0.002), "loose": (3, 7, 0.34)}))  # a dip, not significant
+    records.insert(22, held_out(20, 0.21, 0.32, {"strict": (21, 0, 1e-6), "loose": (2, 40, 4e-10)}))
+    records.append(held_out(30, 0.25, 0.20, {"strict": (25, 0, 1e-7), "loose": (1, 51, 1e-13)}))
+    flags = check_health(records, window=5)
+    [flag] = [f for f in flags if f.name == "held_out_regression"]
+    assert (flag.first_step, flag.last_step) == (20, 20)
+    assert "held-out loose accuracy 32.0% at step 20, against 70.0% at step 0 on the same 100 items (2 fixed, 40 broken" in flag.detail
+    assert names(flags) == ["held_out_regression"]  # the training records themselves are healthy
+
+
+def test_held_out_regression_stays_quiet_on_gains_and_in_any_algorithm():
+    gains = [held_out(0, 0.0, 0.27), held_out(10, 0.34, 0.34, {"strict": (34, 0, 1e-10), "loose": (10, 3, 0.09)})]
+    assert check_health(gains, rl=False) == []
+    fall = [held_out(0, 0.5, 0.5), held_out(5, 0.2, 0.2, {"strict": (0, 30, 2e-9), "loose": (0, 30, 2e-9)})]
+    assert names(check_health(fall, rl=False)) == ["held_out_regression"]  # SFT, DPO, ... too
+
+
 def test_rl_flags_do_not_apply_to_sft():
     records = healthy(frac_reward_zero_std=lambda s: 1.0, loss=lambda s: math.inf if s == 3 else 1.0)
     assert names(check_health(records, rl=False, window=5)) == ["nonfinite_loss"]

@@ -239,7 +239,7 @@ REWARD_CASES = [
     ("blocks_reversed", "<answer>1400</answer><think>x</think>", "1400", 1, 0, 1, 1),
     ("empty_answer", wrap(""), "1400", 0, 0, 0, 0),
     ("whitespace_answer", wrap("  \n "), "1400", 0, 0, 0, 0),
-    ("empty_think_is_allowed", wrap("1400", think=""), "1400", 1, 1, 1, 1),
+    ("empty_think_earns_no_format", wrap("1400", think=""), "1400", 1, 0, 1, 1),  # the seed's shortcut: right, but no reasoning
     ("surrounding_whitespace", "\n  " + wrap("1400") + "\n\n", "1400", 1, 1, 1, 1),
     ("trailer_10_chars", wrap("1400") + "<|im_end|>", "1400", 1, 0.99, 1, 1),
     ("leading_text_100", "a" * 100 + wrap("1400"), "1400", 1, 0.9, 1, 1),

@@ -22,10 +22,11 @@ def prepare_data(recipe, seed: int):
         return train, evaluation, "prompt" if prompts_only else fmt, reports
     if prompts_only:
         from posttrain.data.prompts import untagged_prompt_warning
-        from posttrain.rewards.builtin import NUMERIC_GOLD_REWARDS
+        from posttrain.rewards.builtin import numeric_gold_columns
 
-        names = [r.name for r in getattr(recipe.training, "rewards", [])]
-        train, reports, evaluation = read_prompt_data(recipe.data, seed, numeric_gold=any(n in NUMERIC_GOLD_REWARDS for n in names))
+        specs = getattr(recipe.training, "rewards", [])
+        names = [r.name for r in specs]
+        train, reports, evaluation = read_prompt_data(recipe.data, seed, numeric_columns=numeric_gold_columns(specs))
         warning = untagged_prompt_warning(train, names) if names else None
         if warning:
             log(warning)

@@ -37,25 +37,26 @@ def untagged_prompt_warning(ds, reward_names) -> str | None:
             "model may earn nothing for a long time. Set a template (gsm8k, openmathinstruct2) or a system_prompt that asks for the tags.")
 
 
-def read_prompt_data(data_cfg, seed: int, numeric_gold: bool = False):
+def read_prompt_data(data_cfg, seed: int, numeric_columns=()):
     """Training prompts, reports, and evaluation prompts (None unless the recipe asks for them).
 
-    numeric_gold: a reward compares the gold answer as a number, so rows whose gold does not parse
-    as one (LaTeX such as \\frac{1}{2}, tuples, expressions) are dropped and counted here instead of
-    crashing the reward at the first batch that holds one.
+    numeric_columns: the columns a reward compares as numbers ("answer" is the mapped gold column;
+    `rewards.builtin.numeric_gold_columns`), so rows where one does not parse as a number (LaTeX
+    such as \\frac{1}{2}, tuples, expressions, 3.5e2) are dropped and counted here, under
+    data.max_drop_fraction, instead of crashing the reward at the first batch that holds one.
     """
     from .formats import hold_out
 
-    train, reports = read_prompt_rows(data_cfg, data_cfg.datasets, "data.datasets", seed, numeric_gold)
+    train, reports = read_prompt_rows(data_cfg, data_cfg.datasets, "data.datasets", seed, numeric_columns)
     evaluation = None
     if data_cfg.eval_datasets:
-        evaluation, eval_reports = read_prompt_rows(data_cfg, data_cfg.eval_datasets, "data.eval_datasets", seed, numeric_gold)
+        evaluation, eval_reports = read_prompt_rows(data_cfg, data_cfg.eval_datasets, "data.eval_datasets", seed, numeric_columns)
         reports += eval_reports
     train, evaluation = hold_out(train, evaluation, data_cfg.eval_fraction, seed)
     return train, reports, evaluation
 
 
-def read_prompt_rows(data_cfg, specs, key_prefix: str, seed: int, numeric_gold: bool = False):
+def read_prompt_rows(data_cfg, specs, key_prefix: str, seed: int, numeric_columns=()):
     """Datasets as rows {prompt, answer, ...original columns}; empty prompts/answers dropped and counted."""
     import datasets
 
@@ -68,22 +69,28 @@ def read_prompt_rows(data_cfg, specs, key_prefix: str, seed: int, numeric_gold: 
                 setting = "prompt_column" if column == spec.prompt_column else "answer_column"
                 raise UserError(f"{key} ({spec.name}): column {column!r} not found; the data has columns {raw.column_names}. "
                                 f"Map yours with {key}.{setting}=<column>.")
-        rows, dropped, bad_gold = [], Counter(), []
+        missing = sorted(set(numeric_columns) - {"answer", *raw.column_names})
+        if missing:
+            raise UserError(f"{key} ({spec.name}): a reward compares column {missing[0]!r} as numbers (its answer_column option), "
+                            f"and the data has no such column (it has {raw.column_names}).")
+        rows, dropped, bad_gold = [], Counter(), {}
         for record in raw:
             question, answer = record[spec.prompt_column], gold_answer(spec.template, record[spec.answer_column])
+            unreadable = next((c for c in sorted(numeric_columns) if not gold_is_comparable(answer if c == "answer" else record[c])), None)
             if not question or (isinstance(question, str) and not question.strip()):
                 dropped[f"empty '{spec.prompt_column}'"] += 1
             elif not answer:
                 dropped[f"empty '{spec.answer_column}'"] += 1
-            elif numeric_gold and not gold_is_comparable(answer):
-                bad_gold.append(str(answer)[:40])
+            elif unreadable is not None:
+                column = spec.answer_column if unreadable == "answer" else unreadable
+                bad_gold.setdefault(column, []).append(str(answer if unreadable == "answer" else record[unreadable])[:40])
             else:
                 extra = {k: v for k, v in record.items() if k not in ("prompt", "answer")}
                 prompt = build_prompt(question, template=spec.template, system_prompt=data_cfg.system_prompt,
                                       few_shot=data_cfg.few_shot, use_chat_template=data_cfg.use_chat_template)
                 rows.append({**extra, "prompt": prompt, "answer": answer})
-        if bad_gold:
-            dropped[f"'{spec.answer_column}' not a number the rewards can compare (e.g. {bad_gold[0]!r})"] = len(bad_gold)
+        for column, values in bad_gold.items():
+            dropped[f"'{column}' not a number the rewards can compare (e.g. {values[0]!r})"] = len(values)
         if not rows:
             raise UserError(f"{key} ({spec.name}): no usable rows ({'; '.join(f'{n} {w}' for w, n in dropped.items()) or 'no rows'})")
         ds = datasets.Dataset.from_list(rows)

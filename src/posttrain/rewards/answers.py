@@ -31,7 +31,8 @@ Number rules (``parse_number`` / ``last_number``):
   ``\\mathrm{...}``, ``\\textbf{...}``, ``\\mathbf{...}``, ``\\mbox{...}`` and ``\\boxed{...}``
   are replaced by their content, ``\\left`` / ``\\right`` dropped; ``\\%`` is ``%``.
 * Not supported (parsed as separate numbers, hence ambiguous): fractions ``1/2`` and
-  ``\\frac{1}{2}``, scientific notation, plain spaces as thousands separators.
+  ``\\frac{1}{2}``, plain spaces as thousands separators. Scientific notation (``3.5e2``) is no
+  number to ``parse_number`` (it would read 3.5); ``last_number`` reads the mantissa.
 
 Tags are matched exactly and case-sensitively: ``<think>``, ``</think>``, ``<answer>``,
 ``</answer>`` -- the format the prompt asks for.
@@ -69,6 +70,7 @@ _NUMBER_RE = re.compile(
     r"(?P<body>[0-9]+(?:,[0-9]+)*(?:\.[0-9]*)?|\.[0-9]+)"
 )
 _GROUPED_RE = re.compile(r"[0-9]{1,3}(?:,[0-9]{3})+")
+_EXPONENT_RE = re.compile(r"[0-9.][eE][-+]?[0-9]")  # 3.5e2, 1E-3: scientific notation, which the number rules do not read
 
 # LaTeX spellings of what the number rules above already understand, rewritten before scanning
 # (order matters: separators between digits first, then the remaining spacing commands).
@@ -122,10 +124,10 @@ def parse_number(text: str | None) -> Decimal | None:
 
     >>> parse_number("$1,400.00")
     Decimal('1400.00')
-    >>> parse_number("3 or 4") is None
-    True
+    >>> parse_number("3 or 4") is None, parse_number("3.5e2") is None
+    (True, True)
     """
-    if text is None:
+    if text is None or _EXPONENT_RE.search(text):
         return None
     tokens = _scan(text)
     if not tokens or not all(well_formed for _, well_formed in tokens):
@@ -235,8 +237,9 @@ def format_score(completion: str) -> float:
     """How well ``completion`` follows ``<think>...</think><answer>...</answer>``, in [0, 1].
 
     0.0 unless each of the four tags appears exactly once, in the order think, /think, answer,
-    /answer, with a non-empty answer -- so duplicated or nested tags cannot farm the reward. The
-    think block may be empty. Otherwise::
+    /answer, with non-empty reasoning and a non-empty answer -- so duplicated or nested tags cannot
+    farm the reward, and neither can an empty ``<think></think>`` (a policy that drops its reasoning
+    and keeps the tags earns nothing for the format). Otherwise::
 
         score = 1 - min(0.5, extra_chars / 1000)
 
@@ -249,6 +252,8 @@ def format_score(completion: str) -> float:
     1.0
     >>> format_score("<think>2+2</think><answer>4</answer><answer>5</answer>")
     0.0
+    >>> format_score("<think> </think><answer>4</answer>")
+    0.0
     """
     tags = (_THINK_OPEN, _THINK_CLOSE, _ANSWER_OPEN, _ANSWER_CLOSE)
     if any(completion.count(tag) != 1 for tag in tags):
@@ -257,6 +262,8 @@ def format_score(completion: str) -> float:
     if not think_open < think_close < answer_open < answer_close:
         return 0.0
     if not completion[answer_open + len(_ANSWER_OPEN) : answer_close].strip():
+        return 0.0
+    if not completion[think_open + len(_THINK_OPEN) : think_close].strip():
         return 0.0
     outside = (
         completion[:think_open],

@@ -50,6 +50,12 @@ RewardFn = Callable[..., list[float]]
 # Built-in rewards that compare against the gold answer as a number (it must parse as one), and
 # those that pay only for the <think>/<answer> format (the prompt should ask for it).
 NUMERIC_GOLD_REWARDS = ("answer_match", "loose_match")
+
+
+def numeric_gold_columns(specs) -> set[str]:
+    """The dataset columns whose values the recipe's rewards (RewardSpecs) compare as numbers: each numeric
+    built-in reads its `answer_column` option ("answer", the mapped gold column, by default)."""
+    return {spec.options.get("answer_column", "answer") for spec in specs if spec.name in NUMERIC_GOLD_REWARDS}
 TAG_REWARDS = ("answer_match", "text_match", "format", "numeric_answer")
 
 
@@ -111,18 +117,21 @@ def text_match(completions: list[Any], *, answer_column: str = "answer", **kwarg
 
 
 def format_reward(completions: list[Any], **kwargs: Any) -> list[float]:
-    """``format_score``: 1.0 for one ``<think>`` block then one non-empty ``<answer>`` block.
+    """``format_score``: 1.0 for one non-empty ``<think>`` block then one non-empty ``<answer>`` block,
+    right or wrong. Duplicated, nested or empty blocks (an empty ``<think></think>`` too) score 0; text
+    outside the blocks costs up to 0.5. Keep its weight small beside a correctness reward: it pays the
+    shape, not the answer.
 
-    Duplicated, nested or empty blocks score 0; text outside the blocks costs up to 0.5.
-
-    >>> format_reward(["<think>x</think><answer>4</answer>", "<answer>4</answer>"])
-    [1.0, 0.0]
+    >>> format_reward(["<think>x</think><answer>4</answer>", "<answer>4</answer>", "<think></think><answer>4</answer>"])
+    [1.0, 0.0, 0.0]
     """
     return [format_score(completion_text(c)) for c in completions]
 
 
 def numeric_answer(completions: list[Any], **kwargs: Any) -> list[float]:
-    """1.0 when the single ``<answer>`` block holds exactly one number (e.g. -3.5), else 0.0.
+    """1.0 when the single ``<answer>`` block holds exactly one number (e.g. -3.5), right or wrong,
+    else 0.0: it pays the format of a numeric answer, so a wrong number in the tags earns as much as
+    a right one. Beside a correctness reward, prefer ``loose_match`` (credit for a right number only).
 
     >>> numeric_answer(["<answer>-3.5</answer>", "<answer>three</answer>"])
     [1.0, 0.0]
@@ -133,8 +142,10 @@ def numeric_answer(completions: list[Any], **kwargs: Any) -> list[float]:
 def loose_match(completions: list[Any], *, answer_column: str = "answer", **kwargs: Any) -> list[float]:
     """1.0 when the LAST number anywhere in the completion equals gold (loose score), else 0.0.
 
-    NOT recommended as a training reward: it ignores the output format, so it rewards answers
-    the strict evaluation score counts as wrong. Use it for diagnostics and loose evaluation.
+    It ignores the output format. Alone it pays answers the strict score counts as wrong; beside
+    ``answer_match`` it makes the format's credit depend on correctness: with answer_match 1.0 and
+    loose_match 0.5, a right answer in the tags earns 1.5, a right one outside them 0.5, any wrong
+    answer 0 (recipes/demo-real/grpo.yaml).
 
     >>> loose_match(["so the total is 1,400.", "<answer>1400</answer> not 7"], answer=[1400, 1400])
     [1.0, 0.0]
