@@ -124,6 +124,14 @@ def test_zero_learning_rate_but_not_a_linear_schedule_ending_at_zero():
     assert (flag.name, flag.first_step, flag.last_step) == ("zero_learning_rate", 1, 29)
 
 
+def test_a_warm_up_starting_at_zero_is_not_a_zero_learning_rate():
+    warm_up = lambda s: 1e-5 * min(1.0, (s - 1) / 4)  # constant_with_warmup as logged: 0 at the first step, then rising
+    assert check_health(healthy(learning_rate=warm_up), window=5) == []
+    stuck = lambda s: 0.0 if s <= 3 else 1e-5  # three logged steps at 0 before the rise: the first two could not train
+    [flag] = check_health(healthy(learning_rate=stuck), window=5)
+    assert (flag.name, flag.first_step, flag.last_step) == ("zero_learning_rate", 1, 2)
+
+
 def with_tools(steps=30, **over):
     """A healthy stream of a run with tools: most rollouts call one, few calls fail, none time out."""
     base = {"tools__use_rate": lambda s: 0.6, "tools__error_rate": lambda s: 0.1, "tools__timeouts": lambda s: 0,

@@ -54,7 +54,8 @@ FLAGS: dict[str, tuple[str, str]] = {
     "nonfinite_loss": ("the loss or grad-norm became NaN or infinite: training is broken from there on",
                        "any logged loss/grad_norm NaN or +-inf"),
     "zero_learning_rate": ("the learning rate is 0, so the weights cannot move",
-                           "learning_rate == 0 on a logged step other than the last (a linear schedule reaches 0 exactly at the end)"),
+                           "learning_rate == 0 on a logged step other than the last (a linear schedule reaches 0 exactly at the end) "
+                           "or a warm-up's first (it starts at 0 and rises)"),
     "held_out_regression": ("the model answers the held-out task (the recipe's held_out section) worse than it did at step 0: "
                             "training is making it worse at what you measure",
                             "held-out strict or loose accuracy below step 0's on the same items, exact McNemar p < 0.05"),
@@ -288,7 +289,7 @@ class HealthTracker:
             elif key in self.nonfinite:
                 self.nonfinite[key].add(step, value)
             elif key == "learning_rate":
-                if self.last_lr is not None:
+                if self.last_lr is not None and value <= self.last_lr[1]:  # a 0 the schedule then rises from is a warm-up's start
                     self.zero_lr.add(*self.last_lr)
                 self.last_lr = (step, value)
         self.previous = max(self.previous, step)
