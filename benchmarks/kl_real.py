@@ -270,12 +270,42 @@ def tables(out: Path) -> dict:
         diagnostic = {p: {"n": len(rs), "strict": fmean(bool(r["strict"]) for r in rs), "loose": fmean(bool(r["loose"]) for r in rs),
                           "format": fmean(r["format"] > 0 for r in rs)} for p, rs in diagnostic.items()}
     health = json.loads((out / "health.json").read_text()) if (out / "health.json").is_file() else {}
-    result = {"meta": meta, "runs": runs, "arms": per_arm, "diagnostic": diagnostic, "health": health,
+    steps = two_step(records, meta["n_eval"])
+    result = {"meta": meta, "runs": runs, "arms": per_arm, "diagnostic": diagnostic, "health": health, "two_step": steps,
               "comparisons": report["comparisons"], "pooled": report["pooled_comparisons"],
               "hypotheses": decide(meta, per_arm, diagnostic, report["pooled_comparisons"])}
     (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "results.md").write_text(render(result, render_markdown(report)))
     return result
+
+
+TWO_STEP = re.compile(r"(\d+) \* (\d+) \+ (\d+)")
+
+
+def two_step(records: dict[str, list[dict]], n: int) -> dict:
+    """Per model, on the held-out items that take two steps (a product, then a sum: `a * b + c`): how many
+    it got right, how many it answered with the intermediate product a * b, and how many of its worked
+    answers never write the addition. Added after the run (2026-12-04): the per-run tables above hid that
+    one run stopped after the first step. The items come from `--task arithmetic --data-seed 1234`, as
+    the held-out chats were built (kl_ablation.build_data)."""
+    from posttrain.evaluation.tasks import load_task
+    from posttrain.rewards.answers import extract_answer, last_number, parse_number
+
+    items = {i["id"]: i for i in load_task("arithmetic", n=n, data_seed=1234)}
+    two = {i: TWO_STEP.match(item["expression"]) for i, item in items.items() if TWO_STEP.match(item["expression"])}
+    out = {}
+    for name, rows in records.items():
+        by_id = {r["id"]: r for r in rows}
+        right = product = no_sum = 0
+        for i, match in two.items():
+            text = by_id[i]["completion"] or ""
+            answer = extract_answer(text)
+            number = parse_number(answer) if answer is not None else last_number(text)
+            right += bool(by_id[i]["loose"])
+            product += number is not None and number == int(match[1]) * int(match[2])
+            no_sum += "+" not in text.split("</think>")[0]
+        out[name] = {"items": len(two), "right": right, "answered_the_product": product, "work_without_the_sum": no_sum}
+    return out
 
 
 def _pooled(pooled: list[dict], a: str, b: str, metric: str = "loose") -> dict | None:
@@ -343,6 +373,11 @@ def render(result: dict, compare_md: str) -> str:
                   "| answer starts with | strict | loose | in tags |", "|---|---|---|---|"]
         lines += [f"| {('`' + p.replace(chr(10), '⏎') + '`') if p else '(free)'} | {_pct(d['strict'])} | {_pct(d['loose'])} | {_pct(d['format'])} |"
                   for p, d in result["diagnostic"].items()]
+    if result.get("two_step"):
+        lines += ["", "## Two-step problems (a * b + c; added 2026-12-04, from the same answers)", "",
+                  "| model | items | right (loose) | answered the product a * b | work without the addition |", "|---|---|---|---|---|"]
+        lines += [f"| {name} | {t['items']} | {t['right']} | {t['answered_the_product']} | {t['work_without_the_sum']} |"
+                  for name, t in result["two_step"].items()]
     lines += ["", "## Health flags raised during training", ""]
     for name, flags in result["health"].items():
         shown = [f"{f['name']} (steps {f['first_step']}-{f['last_step']}: {f['detail']})" for f in flags]
