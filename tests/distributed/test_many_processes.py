@@ -22,6 +22,9 @@ from mp_testing import FAST, REPO, free_port, losses, max_weight_diff, posttrain
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 RECIPE = "recipes/sft/tiny-cpu.yaml"
+# Both reference runs score held-out items while they train (it changes nothing about training): with two
+# processes each answers half the items and the records are gathered.
+HELD_OUT = "held_out={task: arithmetic, n: 10, every: 2, max_new_tokens: 6}"
 LOSS_RTOL = 1e-5
 WEIGHT_ATOL = 1e-4
 
@@ -29,7 +32,8 @@ WEIGHT_ATOL = 1e-4
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory, sft_data):
     out = tmp_path_factory.mktemp("one") / "run"
-    result = posttrain("train", "--recipe", RECIPE, sft_data, f"training.output_dir={out}", "training.per_device_train_batch_size=16", *FAST)
+    result = posttrain("train", "--recipe", RECIPE, sft_data, f"training.output_dir={out}", "training.per_device_train_batch_size=16", *FAST,
+                       HELD_OUT)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "launching" not in result.stdout  # --nproc 1 (the default) is one plain process
     return out
@@ -39,7 +43,7 @@ def one_process(tmp_path_factory, sft_data):
 def two_processes(tmp_path_factory, sft_data):
     out = tmp_path_factory.mktemp("two") / "run"
     result = posttrain("train", "--recipe", RECIPE, "--nproc", "2", sft_data, f"training.output_dir={out}",
-                       "training.per_device_train_batch_size=8", *FAST)
+                       "training.per_device_train_batch_size=8", *FAST, HELD_OUT)
     assert result.returncode == 0, result.stderr[-3000:]
     return out, result
 
@@ -62,6 +66,18 @@ def test_two_processes_batch_8_equal_one_process_batch_16(one_process, two_proce
     assert losses(out, "grad_norm") == pytest.approx(losses(one_process, "grad_norm"), rel=LOSS_RTOL)
     assert max_weight_diff(out, one_process) < WEIGHT_ATOL
     assert max_weight_diff(one_process, tiny_dir) > 100 * WEIGHT_ATOL  # the runs really trained
+
+
+def test_two_processes_score_the_held_out_items_as_one_process_does(one_process, two_processes):
+    """Each rank answers its share of the items; gathered, the scores and every answer are the one process's."""
+    out, result = two_processes
+    held = lambda run: [{k: v for k, v in r.items() if k != "time/held_out_s"}
+                        for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "held_out/strict" in r]
+    assert [r["step"] for r in held(out)] == [0, 2, 3] and held(out) == held(one_process)
+    for step in (0, 2, 3):
+        answers = lambda run: [(r["id"], r["completion"]) for r in map(json.loads, (run / "held_out" / f"step-{step}.jsonl").read_text().splitlines())]
+        assert len(answers(out)) == 10 and answers(out) == answers(one_process)
+    assert result.stdout.count("held-out step 3:") == 1  # rank 0 alone reports
 
 
 # A stand-in for SLURM's srun: start the job step's command once per "node" on this machine, with the
