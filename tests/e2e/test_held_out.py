@@ -110,3 +110,25 @@ def test_a_run_made_to_regress_raises_the_flag_and_stops(runs, cli):
     assert summary is None or summary["stopped_by"] == "held_out_regression"
     best = json.loads((out / "best" / "held_out.json").read_text())
     assert best["step"] < step and (out / "best" / "adapter_model.safetensors").is_file()  # the adapter, not a full model
+
+
+def test_a_continued_run_keeps_comparing_with_its_own_step_0(runs, cli):
+    """A larger max_steps continues a finished run from its checkpoint: step 0's answers stay the baseline, no
+    evaluation is repeated, and the best model saved before the checkpoint stays unless a later step beats it."""
+    out = runs / "continued"
+    base = [*SFT[:3], f"training.output_dir={out}", "training.save_strategy=steps", "training.save_steps=20", "training.logging_steps=10",
+            f"held_out={{task: custom, data: {EVAL}, n: 40, every: 10, max_new_tokens: 8}}"]
+    _ok(cli(*base, "training.max_steps=20"))
+    first = _held_out(out)
+    _ok(cli(*base, "training.max_steps=40"))
+    evaluations = _held_out(out)
+    assert [r["step"] for r in evaluations] == [0, 10, 20, 30, 40] and evaluations[:3] == first
+    start = {r["id"]: r["loose"] for r in map(json.loads, (out / "held_out" / "step-0.jsonl").read_text().splitlines())}
+    last = {r["id"]: r["loose"] for r in map(json.loads, (out / "held_out" / "step-40.jsonl").read_text().splitlines())}
+    assert evaluations[-1]["held_out/loose_fixed"] == sum(last[i] and not start[i] for i in start)
+    assert evaluations[-1]["held_out/loose_broken"] == sum(start[i] and not last[i] for i in start)
+    summary = json.loads((out / "run_summary.json").read_text())["held_out"]
+    assert [s["step"] for s in summary["scores"]] == [0, 10, 20, 30, 40]
+    best = json.loads((out / "best" / "held_out.json").read_text())
+    ranked = max(evaluations, key=lambda r: (r["held_out/strict"], r["held_out/loose"], -r["step"]))
+    assert best["step"] == ranked["step"]
