@@ -41,24 +41,27 @@ def test_tracking_package_missing_or_misused_is_a_recipe_error(cli):
 
 
 def test_trackers_receive_posttrains_speed_and_health_metrics(cli, tmp_path, data_dir):
-    """The monitor's keys (speed/*, time/*, health/*) reach the tracker, not only metrics.jsonl: read back from the
-    tensorboard event file of a GRPO run (transformers logs its callbacks' records under train/)."""
+    """The monitor's keys (speed/*, time/*, health/*) and the held-out scores (held_out/*) reach the tracker, not only
+    metrics.jsonl: read back from the tensorboard event file of a GRPO run (transformers logs its callbacks' records
+    under train/)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out = tmp_path / "run"
     result = cli("train", "--recipe", "recipes/grpo/tiny-cpu.yaml", f"training.output_dir={out}",
                  f"data.datasets[0].name={data_dir / 'problems.jsonl'}", "training.max_steps=2", "training.save_steps=2",
                  "training.max_completion_length=8", "training.per_device_train_batch_size=4", "training.num_generations=2",
-                 "tracking.provider=tensorboard")
+                 "tracking.provider=tensorboard", "held_out={task: arithmetic, n: 4, every: 1, max_new_tokens: 4}")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     (events,) = {p.parent for p in out.rglob("events.out.tfevents.*")}
     scalars = EventAccumulator(str(events)).Reload().Tags()["scalars"]
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    ours = {k for record in logged for k in record if k.startswith(("speed/", "time/", "health/"))}
-    assert {"speed/samples_per_s", "speed/tokens_per_s", "time/generation_s", "health/empty_think_frac"} <= ours
+    ours = {k for record in logged for k in record if k.startswith(("speed/", "time/", "health/", "held_out/"))}
+    assert {"speed/samples_per_s", "speed/tokens_per_s", "time/generation_s", "health/empty_think_frac", "held_out/loose",
+            "held_out/strict_p", "time/held_out_s"} <= ours
     assert {f"train/{k}" for k in ours} <= set(scalars), sorted(set(scalars))
     reader = EventAccumulator(str(events)).Reload()
     written = [(r["step"], r["time/generation_s"]) for r in logged if "time/generation_s" in r]
     events_read = reader.Scalars("train/time/generation_s")
     assert [e.step for e in events_read] == [step for step, _ in written] == [1, 2]
     assert [e.value for e in events_read] == pytest.approx([value for _, value in written], rel=1e-6)
+    assert [e.step for e in reader.Scalars("train/held_out/loose")] == [0, 1, 2]
