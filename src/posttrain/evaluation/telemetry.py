@@ -17,7 +17,7 @@ from posttrain.errors import UserError
 # (metric key in metrics.jsonl, label); per-reward means are added per run.
 CORE_METRICS = [
     ("reward", "reward"),
-    ("frac_reward_zero_std", "groups with identical rewards (no learning signal), share"),
+    ("frac_reward_zero_std", "groups with identical rewards (share)"),
     ("completions/mean_length", "completion length"),
     ("entropy", "entropy"),
     ("kl", "KL"),
@@ -264,6 +264,8 @@ def figure(runs: list[RunMetrics]):
                 ax.plot(*zip(*points), label=run.name, color=colours[run.name], marker="o" if key.startswith("held_out/") else None)
         ax.set_title(label)
         ax.set_xlabel("step")
+        if key.startswith("held_out/"):
+            ax.set_ylim(0, 100)  # accuracy on its whole scale: a few points of noise should look like a few points
     for ax in list(axes.flat)[len(keys):]:
         ax.axis("off")
     handles = [Line2D([], [], color=colours[run.name], label=run.name) for run in runs]
