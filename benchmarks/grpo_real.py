@@ -29,7 +29,6 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from statistics import fmean
 
@@ -39,8 +38,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path[:0] = [str(REPO / "src"), str(HERE)]
 
-from kl_ablation import hardware  # noqa: E402
-from kl_real import SAMPLE_FIELDS, Stage, _read_jsonl, _rel, cpu_kind, drop_checkpoints, posttrain, run  # noqa: E402
+from kl_real import SAMPLE_FIELDS, Stage, _read_jsonl, _rel, drop_checkpoints, posttrain, run, when_where_how  # noqa: E402
 
 RECIPES = REPO / "recipes" / "demo-real"
 TEST = RECIPES / "data" / "test.jsonl"
@@ -278,11 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     every = [s for group in stages.values() for s in group]
     meta = {"fast": args.fast, "model": design.model, "seeds": list(design.seeds), "n_test": design.n_test,
             "max_new_tokens": design.max_new_tokens, "control_steps": control_steps(design), "commit": _commit(),
-            "date": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
-            "machine": hardware(args.jobs, max(1, (os.cpu_count() or 1) // args.jobs)) + f"; {cpu_kind()}",
-            "command": "python benchmarks/grpo_real.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "wall": f"{(time.perf_counter() - started) / 60:.1f} min this invocation; stages: "
-                    + ", ".join(f"{s.name} {s.seconds / 60:.1f} min" + (" (earlier)" if s.cached else "") for s in every)}
+            **when_where_how("grpo_real.py", argv, args.jobs, started, every)}
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     tables(out)
     print((out / "results.md").read_text())

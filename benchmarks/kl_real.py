@@ -392,6 +392,15 @@ def render(result: dict, compare_md: str) -> str:
     return "\n".join(lines)
 
 
+def when_where_how(script: str, argv: list[str] | None, jobs: int, started: float, stages: list[Stage]) -> dict:
+    """meta.json's date, machine, command and wall time (with each stage's) of an experiment script's run."""
+    return {"date": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
+            "machine": hardware(jobs, max(1, (os.cpu_count() or 1) // jobs)) + f"; {cpu_kind()}",
+            "command": f"python benchmarks/{script} " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "wall": f"{(time.perf_counter() - started) / 60:.1f} min this invocation; stages: "
+                    + ", ".join(f"{s.name} {s.seconds / 60:.1f} min" + (" (earlier)" if s.cached else "") for s in stages)}
+
+
 def cpu_kind() -> str:
     """The CPU kind that decides matmul speed on these machines (avx512_bf16 runs about 4x AVX2's)."""
     try:
@@ -437,11 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     every = [s for group in stages.values() for s in group]
     meta = {"fast": args.fast, "model": design.model, "betas": list(design.betas), "seeds": list(design.seeds),
             "n_eval": design.scale.n_eval, "max_new_tokens": design.scale.max_new_tokens, "data": manifest["counts"],
-            "date": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
-            "machine": hardware(args.jobs, max(1, (os.cpu_count() or 1) // args.jobs)) + f"; {cpu_kind()}",
-            "command": "python benchmarks/kl_real.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "wall": f"{(time.perf_counter() - started) / 60:.1f} min this invocation; stages: "
-                    + ", ".join(f"{s.name} {s.seconds / 60:.1f} min" + (" (earlier)" if s.cached else "") for s in every)}
+            **when_where_how("kl_real.py", argv, args.jobs, started, every)}
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     tables(out)
     print((out / "results.md").read_text())
