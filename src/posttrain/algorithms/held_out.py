@@ -45,14 +45,6 @@ FOLDER = "held_out"  # output_dir/held_out/step-N.jsonl
 BEST = "best"  # output_dir/best: the model of the best evaluation, with held_out.json
 
 
-def load_items(spec) -> list[dict]:
-    """The items `posttrain eval --task ... --n ... --seed ...` would score (UserError for bad input)."""
-    from posttrain.evaluation.tasks import ARITHMETIC_SEED, load_task
-
-    return load_task(spec.task, n=spec.n, seed=spec.seed, data=spec.data, prompt_column=spec.prompt_column,
-                     answer_column=spec.answer_column, data_seed=ARITHMETIC_SEED if spec.data_seed is None else spec.data_seed)
-
-
 class HeldOutScores(TrainerCallback):
     """Scores the held-out items at step 0, every `spec.every` steps and at the last step (see the module docstring).
 

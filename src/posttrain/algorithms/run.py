@@ -290,10 +290,12 @@ def _held_out(recipe, output_dir: Path):
         return None
     from posttrain.errors import UserError
 
-    from .held_out import HeldOutScores, load_items
+    from posttrain.evaluation.tasks import held_out_items
+
+    from .held_out import HeldOutScores
 
     try:
-        items = load_items(recipe.held_out)
+        items = held_out_items(recipe.held_out)
     except UserError as e:
         raise UserError(f"held_out: {e}") from None
     log(f"held-out: {len(items)} items of task {recipe.held_out.task}, scored at step 0 and every {recipe.held_out.every} steps")

@@ -36,7 +36,7 @@ from posttrain.data.task_prompts import choice_prompt, math_prompt
 from posttrain.errors import UserError
 from posttrain.rewards.answers import extract_gsm8k_gold, parse_number
 
-__all__ = ["ARITHMETIC_SEED", "TASKS", "Task", "TaskOptions", "get_task", "load_task", "select_items"]
+__all__ = ["ARITHMETIC_SEED", "TASKS", "Task", "TaskOptions", "get_task", "held_out_items", "load_task", "select_items"]
 
 # The arithmetic task draws only questions that posttrain.data.synthetic reserves for evaluation
 # (a fixed hash-chosen share of the problem space that its training problems never contain), so it
@@ -305,3 +305,16 @@ def load_task(name: str, *, n: int | None = None, seed: int = 0, data: str | Non
         duplicate = repeated[0]
         raise UserError(f"--task {name}: id {duplicate!r} appears more than once; ids must be unique to pair arms")
     return select_items(items, n, seed)
+
+
+def held_out_items(spec) -> list[dict]:
+    """The items a recipe's `held_out` section names: those `posttrain eval --task ... --n ... --seed ...` scores.
+    A problem is a UserError naming the recipe keys (held_out.n), not eval's flags (--n)."""
+    import re
+
+    try:
+        return load_task(spec.task, n=spec.n, seed=spec.seed, data=spec.data, prompt_column=spec.prompt_column,
+                         answer_column=spec.answer_column, data_seed=ARITHMETIC_SEED if spec.data_seed is None else spec.data_seed)
+    except UserError as e:
+        message = re.sub(r"--(task|data|n|prompt-column|answer-column)\b", lambda m: "held_out." + m[1].replace("-", "_"), str(e))
+        raise UserError(message) from None

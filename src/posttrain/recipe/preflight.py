@@ -354,6 +354,23 @@ def reward_problems(training) -> list[Problem]:
     return out
 
 
+def held_out_problems(recipe) -> list[Problem]:
+    """The held-out items read as train reads them before the model loads (a generated task, or a local file);
+    a hub task is left to train, which downloads it."""
+    spec = recipe.held_out
+    if spec is None or (spec.data is None and spec.task != "arithmetic") or (spec.data and not looks_local(spec.data)):
+        return []
+    from posttrain.errors import UserError
+    from posttrain.evaluation.tasks import held_out_items
+
+    try:
+        held_out_items(spec)
+    except UserError as e:
+        key = next((k for k in ("held_out.data", "held_out.n", "held_out.prompt_column", "held_out.answer_column") if str(e).startswith(k)), "held_out")
+        return [Problem(key, str(e).removeprefix(key + ": ").removeprefix(key + " "))]
+    return []
+
+
 def preflight(recipe: Recipe) -> None:
     problems: list[Problem] = precision_problems(recipe.training)
     model = recipe.model
@@ -405,6 +422,7 @@ def preflight(recipe: Recipe) -> None:
     if out.exists() and not out.is_dir():
         problems.append(Problem("training.output_dir", f"{str(out)!r} exists and is not a directory; choose another output_dir."))
 
+    problems += held_out_problems(recipe)
     problems += tool_problems(training)
     problems += reward_problems(training)
     problems += reward_model_problems(training)
