@@ -288,16 +288,11 @@ def _held_out(recipe, output_dir: Path):
     """The held-out scorer of a recipe with a held_out section (algorithms/held_out.py), its items loaded; else None."""
     if recipe.held_out is None:
         return None
-    from posttrain.errors import UserError
-
     from posttrain.evaluation.tasks import held_out_items
 
     from .held_out import HeldOutScores
 
-    try:
-        items = held_out_items(recipe.held_out)
-    except UserError as e:
-        raise UserError(f"held_out: {e}") from None
+    items = held_out_items(recipe.held_out)  # a UserError names the held_out key
     log(f"held-out: {len(items)} items of task {recipe.held_out.task}, scored at step 0 and every {recipe.held_out.every} steps")
     return HeldOutScores(recipe.held_out, items, output_dir, rl=ALGORITHMS[recipe.training.algorithm].rl,
                          use_chat_template=getattr(recipe.data, "use_chat_template", True))
