@@ -116,6 +116,11 @@ def collect(out: Path) -> None:
         rows = _read_jsonl(out / "compare" / "samples" / f"{name}.jsonl")
         (samples / f"{name}.jsonl").write_text("".join(json.dumps({k: r.get(k) for k in SAMPLE_FIELDS}) + "\n" for r in rows))
     (samples / "arms.json").write_text(json.dumps(arms, indent=1) + "\n")
+    health = {}
+    for folder in sorted((out / "arms").iterdir()):
+        if (folder / "run_summary.json").is_file():
+            health[folder.name] = json.loads((folder / "run_summary.json").read_text()).get("health") or []
+    (out / "health.json").write_text(json.dumps(health, indent=1) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,6 +143,8 @@ def paired(a: dict[str, bool], b: dict[str, bool]) -> dict:
 
 def tables(out: Path) -> dict:
     """Everything results.md states, from the committed files alone (no model, no training)."""
+    from posttrain.rewards.answers import extract_answer
+
     samples = out / "samples"
     arms = json.loads((samples / "arms.json").read_text())
     records = {a["name"]: _read_jsonl(samples / f"{a['name']}.jsonl") for a in arms}
@@ -147,6 +154,7 @@ def tables(out: Path) -> dict:
     # so its strict score is its loose score (what a policy that only learned the format would reach)
     forced = _outcomes(start, "loose")
     control = _outcomes(records["more-sft"], "strict") if "more-sft" in records else None
+    control_loose = _outcomes(records["more-sft"], "loose") if "more-sft" in records else None
     seeds = [a["name"] for a in arms if a["name"].startswith("grpo@")]
     per_seed = {}
     for name in seeds:
@@ -155,12 +163,16 @@ def tables(out: Path) -> dict:
                           "loose": paired(_outcomes(start, "loose"), _outcomes(rec, "loose")),
                           "strict": paired(_outcomes(start, "strict"), _outcomes(rec, "strict")),
                           "strict_vs_forced_format": paired(forced, _outcomes(rec, "strict")),
-                          **({"strict_vs_more_sft": paired(control, _outcomes(rec, "strict"))} if control else {})}
+                          **({"strict_vs_more_sft": paired(control, _outcomes(rec, "strict")),
+                              "loose_vs_more_sft": paired(control_loose, _outcomes(rec, "loose"))} if control else {})}
     describe = {name: {"n": len(rs), "strict": fmean(bool(r["strict"]) for r in rs), "loose": fmean(bool(r["loose"]) for r in rs),
-                       "tags": fmean((r["format"] or 0) > 0 for r in rs), "tokens": fmean(r["completion_tokens"] or 0 for r in rs)}
+                       "tags": fmean(extract_answer(r["completion"] or "") is not None for r in rs),
+                       "tokens": fmean(r["completion_tokens"] or 0 for r in rs)}
                 for name, rs in records.items()}
     pooled = _pooled(records, seeds)
-    result = {"meta": meta, "arms": describe, "per_seed": per_seed, "pooled": pooled, "hypotheses": decide(per_seed, len(meta["seeds"]))}
+    health = json.loads((out / "health.json").read_text()) if (out / "health.json").is_file() else {}
+    result = {"meta": meta, "arms": describe, "per_seed": per_seed, "pooled": pooled, "health": health,
+              "hypotheses": decide(per_seed, len(meta["seeds"]))}
     (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "results.md").write_text(render(result))
     return result
@@ -214,7 +226,7 @@ def render(result: dict) -> str:
              f"Measured {meta['date']} on {meta['machine']}; `{meta['command']}`, commit {meta.get('commit')}, wall time {meta['wall']}.", "",
              f"Test set: {meta['n_test']} items of recipes/demo-real/data/test.jsonl, greedy, at most {meta['max_new_tokens']} new tokens; "
              f"GRPO seeds {meta['seeds']}; the more-SFT control trained {meta['control_steps']} steps.", "",
-             "## Accuracy per arm", "", "| arm | strict | loose | answers in tags | mean tokens |", "|---|---|---|---|---|"]
+             "## Accuracy per arm", "", "| arm | strict | loose | answers in one <answer> block | mean tokens |", "|---|---|---|---|---|"]
     lines += [f"| {name} | {_pct(r['strict'])} | {_pct(r['loose'])} | {_pct(r['tags'])} | {r['tokens']:.1f} |" for name, r in arms.items()]
     lines += ["", "Forced-format baseline: the start's own answers with their last number put in `<answer>` tags, so its strict",
               f"accuracy is the start's loose accuracy, {_pct(arms['start']['loose'])}.", "",
@@ -223,6 +235,15 @@ def render(result: dict) -> str:
     for name, s in result["per_seed"].items():
         lines.append(f"| {name} ({s['run']}) | {_test(s['loose'])} | {_test(s['strict'])} | {_test(s['strict_vs_forced_format'])} | "
                      f"{_test(s['strict_vs_more_sft']) if 'strict_vs_more_sft' in s else '-'} |")
+    if any("loose_vs_more_sft" in s for s in result["per_seed"].values()):
+        lines += ["", "Descriptive, outside the decision rule: loose accuracy against the more-SFT control.", "",
+                  "| seed | loose vs more SFT |", "|---|---|"]
+        lines += [f"| {name} | {_test(s['loose_vs_more_sft'])} |" for name, s in result["per_seed"].items() if "loose_vs_more_sft" in s]
+    if result.get("health"):
+        lines += ["", "Health flags raised during training:", ""]
+        for name, flags in result["health"].items():
+            shown = [f"{f['name']} (steps {f['first_step']}-{f['last_step']}: {f['detail']})" for f in flags]
+            lines.append(f"- {name}: {'; '.join(shown) if shown else 'none'}")
     pooled = result["pooled"]
     lines += ["", "Pooled over seeds (Cochran-Mantel-Haenszel, descriptive): " + "; ".join(
         f"{m} {100 * pooled[m]['delta']:+.1f} pts, p = {pooled[m]['p']:.2g} ({pooled[m]['verdict']})" for m in ("strict", "loose")), ""]
