@@ -15,26 +15,33 @@ pay more often: measured 1.3x and 1.7x faster as 1 x 8 (SFT, DPO; tiny:qwen2-6m,
 tokens) and 2.4x *slower* as 1 x 16 (the demo's 30-48-token chats, 1M model).
 
 So the split is chosen, not assumed: `choose` takes the micro-batch size m (a divisor of the batch)
-that minimises the estimated step time, passes(m) x fixed + token slots(m) x per token, over the
-run's own token lengths, with `fixed` and `per token` timed on the run's own model at start-up
-(`pass_costs`: a forward and backward at two lengths, a few seconds on a real model). A split is
-taken when it is estimated at least MIN_GAIN faster (the linear model underestimates what a split
-gains: padded batches also hold more activations). The decision rests on a timing, so two runs on a
-busy machine may pick different splits: the same losses either way, and the start-up line and
-trl_config.json say which. Only one CPU process decides alone (several would
-have to agree; a GPU's batches are rows in parallel, where padding costs far less); the recipe's
-`training.micro_batching: false` keeps the batches as they are.
+that minimises the estimated epoch, passes(m) x PASS_COST_TOKENS + token slots(m), over the run's own
+token lengths. A split is taken when it is estimated at least MIN_GAIN faster (the linear model
+underestimates what a split gains: padded batches also hold more activations). The estimate is a
+constant, not a timing: the rule once timed the run's own model at start-up, so two runs on a busy
+machine could pick different splits and, with dropout (whose masks are drawn over the padded
+batch), learn different models. Now the same recipe and data give the same split on every machine;
+the start-up line and trl_config.json say which.
+
+A DPO loss computed over the whole batch is never split (`why_not_exact`: `aot` and `aot_unpaired`
+sort the batch's pairs, `sft` averages its tokens); the line says why the batches stay. It runs in
+one CPU process only (a GPU's batches are rows in parallel, where padding costs far less; several
+processes' splits are untested); the recipe's `training.micro_batching: false` keeps the batches.
 """
 
 from __future__ import annotations
 
 import random
-import time
 
-MIN_GAIN = 1.05  # estimated speed-up from which the batches are split: below it, noise in the timing decides
-WORTH_TIMING = 0.1  # padding share below which no split can gain enough to be worth timing the model
-PROBE_TOKENS = (16, 128)  # the two pass lengths timed: short enough to be quick, apart enough to separate the costs
-REPEATS = 3
+MIN_GAIN = 1.05  # estimated speed-up from which the batches are split: below it, the estimate's error decides
+WORTH_SPLITTING = 0.1  # padding share below which no split gains enough
+# A pass's fixed cost in tokens' work: timed passes put it at 44-190 tokens on tiny models and SmolLM2,
+# full and LoRA, float32 and bf16, one thread (benchmarks/results/pass_costs_*.json); a short pass reads
+# every weight whatever its tokens, so the ratio varies far less between models than either cost does
+PASS_COST_TOKENS = 100
+# TRL 1.16's DPO losses that are a mean of one term per pair: micro-batches of pairs accumulate to the same loss
+PER_PAIR_DPO_LOSSES = {"sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "apo_zero",
+                       "apo_down", "discopop", "sigmoid_norm"}
 
 
 def slots_by_micro_batch(asked: list[int], batch: int, seed: int = 0) -> dict[int, tuple[int, int]]:
@@ -55,37 +62,22 @@ def slots_by_micro_batch(asked: list[int], batch: int, seed: int = 0) -> dict[in
     return out
 
 
-def choose(asked: list[int], batch: int, fixed_s: float, per_token_s: float, rows_per_entry: int = 1,
+def choose(asked: list[int], batch: int, pass_tokens: float = PASS_COST_TOKENS, rows_per_entry: int = 1,
            seed: int = 0) -> tuple[int, float]:
     """(micro-batch size, estimated speed-up over whole batches): the divisor of `batch` whose epoch
-    costs least, passes x fixed_s + slots x rows_per_entry x per_token_s; ties go to the larger m."""
-    cost = {m: passes * fixed_s + slots * rows_per_entry * per_token_s
+    costs least, in tokens' work: passes x pass_tokens + slots x rows_per_entry; ties go to the larger m."""
+    cost = {m: passes * pass_tokens + slots * rows_per_entry
             for m, (passes, slots) in slots_by_micro_batch(asked, batch, seed).items()}
     best = min(sorted(cost, reverse=True), key=cost.get)
     return best, (cost[batch] / cost[best] if cost[best] > 0 else 1.0)
 
 
-def pass_costs(model, vocab_size: int, lengths: tuple[int, int] = PROBE_TOKENS) -> tuple[float, float]:
-    """(fixed seconds per forward+backward pass, seconds per token) of `model` on one row, from timing
-    passes of two lengths (after a warm-up; the fastest of three each: a busy machine slows some). The gradients are cleared (none exist
-    before training) and the global random state restored, so the run trains exactly as it would have."""
-    import torch
-
-    rng = torch.get_rng_state()
-    generator = torch.Generator().manual_seed(0)
-    timed = []
-    try:
-        for n in (lengths[0], *lengths * REPEATS):  # the first pass warms up and is not counted
-            ids = torch.randint(vocab_size, (1, n), generator=generator)
-            started = time.perf_counter()
-            model(input_ids=ids, labels=ids).loss.backward()
-            timed.append((n, time.perf_counter() - started))
-    finally:
-        model.zero_grad(set_to_none=True)
-        torch.set_rng_state(rng)
-    (short, short_s), (long, long_s) = ((n, min(s for k, s in timed[1:] if k == n)) for n in lengths)
-    per_token = max((long_s - short_s) / (long - short), 1e-9)
-    return max(short_s - per_token * short, 0.0), per_token
+def why_not_exact(trainer, pairs: bool) -> str | None:
+    """Why splitting this trainer's batches would change its loss, or None when it would not."""
+    whole_batch = [t for t in getattr(trainer, "loss_types", None) or ["sigmoid"] if t not in PER_PAIR_DPO_LOSSES] if pairs else []
+    if whole_batch:
+        return f"loss_type {', '.join(whole_batch)} is computed over the whole batch, so a split would change the loss"
+    return None
 
 
 def split_if_faster(trainer, setting, device_kind: str, world: int) -> str | None:
@@ -107,15 +99,14 @@ def split_if_faster(trainer, setting, device_kind: str, world: int) -> str | Non
     asked, real = lengths
     pairs = "prompt_ids" in trainer.train_dataset.column_names
     rows_per_entry = 2 if pairs else 1  # a DPO pair is two rows padded together
-    if padding_share(asked, real, batch, rows_per_entry, seed=args.seed) < WORTH_TIMING:
+    if padding_share(asked, real, batch, rows_per_entry, seed=args.seed) < WORTH_SPLITTING:
         return None
-    import torch
-
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(args.bf16)):  # the precision the run trains in
-        fixed, per_token = pass_costs(trainer.model, trainer.model.get_input_embeddings().num_embeddings)
-    m, gain = choose(asked, batch, fixed, per_token, rows_per_entry, seed=args.seed)
     what = "pairs" if pairs else "rows"
-    measured = f"a pass here costs {fixed * 1e3:.0f} ms + {per_token * 1e3:.2f} ms per token"
+    reason = why_not_exact(trainer, pairs)
+    if reason:
+        return f"micro-batching: batches of {batch} {what} kept ({reason})"
+    m, gain = choose(asked, batch, rows_per_entry=rows_per_entry, seed=args.seed)
+    measured = f"a pass's fixed cost counted as {PASS_COST_TOKENS} tokens' work"
     if m == batch or gain < MIN_GAIN:
         return (f"micro-batching: batches of {batch} {what} kept ({measured}; "
                 + ("every split estimated slower)" if m == batch else f"micro-batches of {m} estimated only {gain:.2f}x faster)"))

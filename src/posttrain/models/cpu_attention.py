@@ -44,9 +44,20 @@ SHORT_KEYS = 384
 
 def attention(module, query, key, value, attention_mask, **kwargs):
     bounds = kwargs.get("cu_seq_lens_q")
-    if bounds is not None and _flattened(query, key, bounds, kwargs.get("cu_seq_lens_k")):
+    if bounds is not None and _flattened(query, key, bounds, kwargs.get("cu_seq_lens_k")) and _rows_apart_knows(module, kwargs):
         return rows_apart(module, query, key, value, bounds, **kwargs)
     return short_eager_else_sdpa(module, query, key, value, attention_mask, **kwargs)
+
+
+# what rows_apart reproduces of a layer's attention; any other option (attention sinks, chunked or
+# bidirectional attention, ...) leaves the flat row to the dense path, with the mask transformers built for it
+ROWS_APART_KNOWS = {"dropout", "scaling", "sliding_window", "softcap", "is_causal", "output_attentions", "use_cache"}
+
+
+def _rows_apart_knows(module, kwargs) -> bool:
+    causal = kwargs.get("is_causal", getattr(module, "is_causal", True))
+    extra = {k for k, v in kwargs.items() if v is not None and k not in ROWS_APART_KNOWS and k not in FLAT_KEYS}
+    return bool(causal) and not extra
 
 
 def _flattened(query, key, bounds, key_bounds) -> bool:
@@ -57,8 +68,9 @@ def _flattened(query, key, bounds, key_bounds) -> bool:
 
 def rows_apart(module, query, key, value, bounds, **kwargs):
     """Attention of a flattened batch, row by row: its rows (boundaries `bounds`, TRL's cu_seq_lens)
-    padded side by side to [rows, heads, longest, dim], causal attention within each row (eager or
-    sdpa by `short_eager_else_sdpa`'s rule), and the real tokens gathered back into the flat row."""
+    padded side by side to [rows, heads, longest, dim], causal attention within each row (within the
+    layer's `sliding_window` where it has one; eager or sdpa by `short_eager_else_sdpa`'s rule), and the
+    real tokens gathered back into the flat row."""
     lengths = bounds.diff().long()
     rows, longest = lengths.numel(), int(lengths.max())
     starts = bounds[:-1].long().repeat_interleave(lengths)
@@ -71,7 +83,9 @@ def rows_apart(module, query, key, value, bounds, **kwargs):
         return padded.view(rows, longest, *flat.shape[1:]).transpose(1, 2)
 
     positions = torch.arange(longest, device=query.device)
-    mask = (positions[None, :] < lengths[:, None])[:, None, None, :] & (positions[None, :] <= positions[:, None])
+    behind = positions[:, None] - positions[None, :]  # query's position minus key's
+    within = (behind >= 0) & (behind < kwargs["sliding_window"]) if kwargs.get("sliding_window") else behind >= 0
+    mask = (positions[None, :] < lengths[:, None])[:, None, None, :] & within
     rest = {k: v for k, v in kwargs.items() if k not in FLAT_KEYS}
     out, _ = short_eager_else_sdpa(module, side_by_side(query), side_by_side(key), side_by_side(value), mask, **rest)
     return out.reshape(rows * longest, *out.shape[2:]).index_select(0, slot)[None], None
@@ -84,7 +98,8 @@ FLAT_KEYS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "
 def short_eager_else_sdpa(module, query, key, value, attention_mask, **kwargs):
     eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
     short = query.shape[2] == key.shape[2] <= SHORT_KEYS
-    if eager is None or not short or not _low_precision(query):
+    needs_eager = kwargs.get("softcap") is not None  # sdpa has no soft-capping (Gemma 2)
+    if eager is None or not (needs_eager or short and _low_precision(query)):
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     causal = kwargs.get("is_causal")
     causal = getattr(module, "is_causal", True) if causal is None else causal

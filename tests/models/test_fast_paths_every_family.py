@@ -1,0 +1,147 @@
+"""Each CPU speed path computes what the plain path computes, on every family users bring (tiny random
+models: tests/models/families.py), at lengths past their sliding windows, or it stands aside.
+
+The plain path is the model as transformers loads it (sdpa, or eager where sdpa cannot compute the
+model: Gemma 2's soft-capping) given padded batches and `generate`. Float32, one thread: what is
+compared is the computation, not the rounding of one kernel against another."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from families import FAMILIES, WINDOW, family_model
+from trl.trainer.utils import add_fused_lm_head
+
+from posttrain.generation.decoding import decode
+from posttrain.models.cpu_attention import NAME, use_on_cpu
+from posttrain.models.flat_batches import flatten_scored_batches
+
+LENGTHS = [7, 31, 12, 20]  # rows longer than the window, and one shorter
+assert max(LENGTHS) > 2 * WINDOW
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def as_posttrain_runs_it(plain):
+    """The model with posttrain's CPU attention where `use_on_cpu` takes it (as a CPU run does), and
+    whether it did."""
+    model = copy.deepcopy(plain)
+    return model, use_on_cpu(model, bf16=False) is not None
+
+
+def rows(lengths=LENGTHS, seed=2):
+    torch.manual_seed(seed)
+    return [torch.randint(3, 128, (n,)) for n in lengths]
+
+
+def loss_and_grads(model, batch):
+    model.zero_grad()
+    loss = model(**batch, use_cache=False).loss
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_padding_free_sft_learns_what_padded_batches_learn(family):
+    """SFT's CPU default: each batch flattened into one row (TRL's padding-free collator). Its loss and
+    every gradient equal the padded batch's through the plain model."""
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    plain = family_model(family)
+    ours, switched = as_posttrain_runs_it(plain)
+    assert switched == (family != "gemma2"), "only sdpa models switch; Gemma 2 keeps eager (soft-capping)"
+    parts = rows()
+    flat = DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)([{"input_ids": r.tolist()} for r in parts])
+    longest = max(LENGTHS)
+    ids = torch.stack([torch.cat([r, r.new_zeros(longest - len(r))]) for r in parts])
+    mask = (torch.arange(longest)[None] < torch.tensor(LENGTHS)[:, None]).long()
+    padded = dict(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100))
+
+    flat_loss, flat_grads = loss_and_grads(ours, flat)
+    padded_loss, padded_grads = loss_and_grads(plain, padded)
+    torch.testing.assert_close(flat_loss, padded_loss, rtol=1e-5, atol=0)
+    assert flat_grads.keys() == padded_grads.keys()
+    for name, grad in padded_grads.items():
+        torch.testing.assert_close(flat_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_grpo_scored_batches_flattened_score_what_padded_batches_score(family, side):
+    """GRPO/GSPO's scoring passes on a CPU (policy, reference, old log-probs through TRL's fused head)
+    run flattened only where the model took posttrain's attention; there the log-probs, entropies and
+    gradients equal the padded batch's through the plain model."""
+    plain = family_model(family)
+    ours, switched = as_posttrain_runs_it(plain)
+    if not switched:  # flatten_scored_passes flattens only models with posttrain's attention
+        assert ours.config._attn_implementation != NAME
+        return
+    fields = ("log_probs", "entropy")
+    for model in (plain, ours):
+        add_fused_lm_head(model, outputs=fields)
+    flatten_scored_batches(ours)
+    prompts, completions = [5, 12, 3, 8], [14, 18, 9, 12]
+    longest = max(p + c for p, c in zip(prompts, completions))
+    ids = torch.randint(3, 128, (4, longest), generator=torch.Generator().manual_seed(4))
+    mask, labels = torch.zeros_like(ids), torch.full_like(ids, -100)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        start = 0 if side == "right" else longest - p - c
+        mask[i, start:start + p + c] = 1
+        labels[i, start + p:start + p + c] = ids[i, start + p:start + p + c]
+    batch = dict(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True, use_cache=False)
+    scored = []
+    for model in (ours, plain):
+        model.zero_grad()
+        out = model(**batch)
+        out.log_probs.sum().backward()
+        scored.append((out, model.model.layers[-1].self_attn.o_proj.weight.grad.clone()))
+    (flat, flat_grad), (padded, padded_grad) = scored
+    for name in fields:
+        torch.testing.assert_close(getattr(flat, name), getattr(padded, name), rtol=0, atol=1e-4, msg=name)
+    torch.testing.assert_close(flat_grad, padded_grad, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_decoding_loop_generates_what_generate_generates(family):
+    """Greedy rollouts and evaluation answers: posttrain's decoding loop (grouped prefill, preallocated
+    cache, packed weights) gives `generate`'s tokens, past the window, with the model as a CPU run has it."""
+    from transformers import GenerationConfig
+
+    ours, _ = as_posttrain_runs_it(family_model(family))
+    ours.eval()
+    parts = rows([5, 11, 9, 11], seed=5)  # two rows alike: one shared prefill
+    parts[3] = parts[1]
+    width = max(len(r) for r in parts)
+    ids = torch.stack([torch.cat([r.new_zeros(width - len(r)), r]) for r in parts])
+    mask = torch.stack([torch.cat([torch.zeros(width - len(r), dtype=torch.long), torch.ones(len(r), dtype=torch.long)]) for r in parts])
+    config = GenerationConfig(max_new_tokens=3 * WINDOW, do_sample=False, eos_token_id=2, pad_token_id=0)
+    with torch.no_grad():
+        expected = ours.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    got = decode(ours, ids, mask, config)
+    assert got.shape == expected.shape and got.shape[1] > width + 2 * WINDOW
+    assert torch.equal(got, expected), (got != expected).nonzero()[:5]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_under_bf16_each_flattened_row_computes_what_it_computes_alone(family):
+    """On a CPU with native bf16, short rows take the model's eager attention (models/cpu_attention.py):
+    each row of a flattened batch then gets the logits it gets alone, window and all."""
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    ours, _ = as_posttrain_runs_it(family_model(family))
+    use_on_cpu(ours, bf16=True)
+    parts = rows()
+    flat = DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)([{"input_ids": r.tolist()} for r in parts])
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        together = ours(**{k: v for k, v in flat.items() if k != "labels"}, use_cache=False).logits[0].split(LENGTHS)
+        alone = [ours(input_ids=r[None], use_cache=False).logits[0] for r in parts]
+    for i, (a, b) in enumerate(zip(together, alone)):
+        torch.testing.assert_close(a, b, rtol=0, atol=2e-2, msg=f"row {i}")
