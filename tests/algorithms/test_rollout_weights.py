@@ -49,3 +49,19 @@ def test_copies_of_trained_weights_are_dropped_when_training_begins(tiny_dir):
     trainer.state.global_step = 1
     model.generate(input_ids=ids.input_ids, attention_mask=ids.attention_mask, generation_config=config)
     assert copies(model) == made  # the next step's rollout makes them again
+
+
+def test_unset_the_engine_is_posttrains_loop_on_a_cpu_and_generate_on_a_gpu(tiny_dir):
+    """posttrain's loop is the default only where it was measured (CPUs); on a GPU, until
+    benchmarks/gpu_check.sh has measured it there, TRL's generate is, and the start-up line says so."""
+    from transformers import AutoModelForCausalLM
+
+    for device, line in (("cpu", "rollouts: posttrain's decoding loop (cpu's default: training.rollout_engine=posttrain)"),
+                         ("cuda", "rollouts: transformers' generate (cuda's default: training.rollout_engine=transformers)")):
+        model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+        original = model.generate
+        trainer = SimpleNamespace(model=model, is_fsdp_enabled=False, is_deepspeed_enabled=False,
+                                  accelerator=SimpleNamespace(device=torch.device(device)),
+                                  args=SimpleNamespace(bf16=False, use_cpu=device == "cpu"), state=SimpleNamespace(global_step=0))
+        assert route_generate(trainer, None) == line
+        assert model.generate is not original  # routed either way: rollouts are timed

@@ -211,7 +211,7 @@ def test_posttrain_rollouts_train_the_same_run_as_transformers_generate(cli, tmp
     and loss agree; the log says which engine ran, and the run measures its generation tokens/s."""
     result = grpo(cli, tmp_path / "hf", "training.rollout_engine=transformers", data_dir=data_dir)
     assert "rollouts: transformers' generate (training.rollout_engine=transformers)" in result.stdout
-    assert "rollouts: posttrain's decoding loop (training.rollout_engine=posttrain)" in (beta_runs / "default.log").read_text()
+    assert "rollouts: posttrain's decoding loop (cpu's default: training.rollout_engine=posttrain)" in (beta_runs / "default.log").read_text()
     grpo(cli, tmp_path / "ours", data_dir=data_dir, env={"PYTHONPATH": str(HERE / "generate_draws")})
     ours, theirs = ([r for r in metrics(out) if "loss" in r] for out in (tmp_path / "ours", tmp_path / "hf"))
     assert len(ours) == len(theirs) == 4

@@ -88,9 +88,16 @@ def build_rl_trainer(run, trainer_class, trainer_module):
     return trainer
 
 
-def route_generate(trainer, engine: str, timers=None) -> str:
+def default_rollout_engine(device_kind: str) -> str:
+    """posttrain's decoding loop on a CPU, where it was measured (README "Rollouts and evaluation");
+    transformers' generate elsewhere until benchmarks/gpu_check.sh has measured the loop on a GPU (it
+    keeps merged copies of the adapted weights through the rollouts: about 13 GB more on a 7B model)."""
+    return "posttrain" if device_kind == "cpu" else "transformers"
+
+
+def route_generate(trainer, engine: str | None, timers=None) -> str:
     """Give the policy a `generate` that TRL's rollouts call: posttrain's decoding loop (engine
-    'posttrain') or transformers' own, and say which at start-up.
+    'posttrain') or transformers' own (unset: `default_rollout_engine`), and say which at start-up.
 
     TRL 1.16 generates with `unwrap_model_for_generation(...).generate(input_ids, attention_mask,
     generation_config)`; the unwrapped model is `trainer.model` (DDP only wraps it), so an instance
@@ -110,6 +117,8 @@ def route_generate(trainer, engine: str, timers=None) -> str:
     from posttrain.generation.inference_weights import forget_trained
 
     model = trainer.model
+    chosen = engine is not None
+    engine = engine or default_rollout_engine(trainer.accelerator.device.type)
     original = model.generate
     packed_at_step = [None]
     sharded = trainer.is_fsdp_enabled or (trainer.is_deepspeed_enabled and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3)
@@ -148,8 +157,9 @@ def route_generate(trainer, engine: str, timers=None) -> str:
     model.generate = generate
     if fast:
         model.register_forward_pre_hook(drop_before_training, with_kwargs=True)
-    which = "posttrain's decoding loop (training.rollout_engine=posttrain)" if fast else \
-        "transformers' generate" + (" (ZeRO-3/FSDP)" if sharded and engine == "posttrain" else " (training.rollout_engine=transformers)")
+    setting = f"training.rollout_engine={engine}" if chosen else f"{trainer.accelerator.device.type}'s default: training.rollout_engine={engine}"
+    which = f"posttrain's decoding loop ({setting})" if fast else \
+        "transformers' generate" + (" (ZeRO-3/FSDP)" if sharded and engine == "posttrain" else f" ({setting})")
     return f"rollouts: {which}" + ("; float32 forward for generation (bf16 autocast on a CPU is slower there)" if float32 else "")
 
 

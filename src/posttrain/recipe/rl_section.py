@@ -72,9 +72,10 @@ class RLTrainingBase(TrainingBase):
                              "training.use_vllm=true vLLM generates and it would do nothing. Remove one of them.")
         return self  # vllm_* keys without use_vllm: recipe.liveness
 
-    rollout_engine: Literal["posttrain", "transformers"] = Field(
-        "posttrain",
-        description="What generates the completions when use_vllm is off. 'posttrain': posttrain's decoding loop "
+    rollout_engine: Literal["posttrain", "transformers"] | None = Field(
+        None,
+        description="What generates the completions when use_vllm is off; unset: 'posttrain' on a CPU, 'transformers' on "
+        "a GPU (posttrain's loop has not been measured on one: benchmarks/gpu_check.sh). 'posttrain': posttrain's decoding loop "
         "(generation/decoding.py: CPU weights pre-packed and kept while unchanged, LoRA without dropout, each prompt "
         "prefilled once for its group, no cache copies, one uniform draw per row on a CPU; greedy tokens as transformers' "
         "generate's up to float32 rounding, samples from the same distribution (not the same draws), without LoRA "
