@@ -111,12 +111,23 @@ def test_plain_strings_use_the_chat_template_unless_switched_off(engine):
     assert raw.text != as_chat.text
 
 
-def test_chat_prompt_without_a_chat_template_is_a_clear_error(engine):
+def test_without_a_chat_template_a_chat_goes_as_a_plain_transcript(engine):
+    """A base model has no chat template: a task's chat (system prompt, question) is sent as the
+    transcript the system prompt describes, and the completion says so."""
+    from posttrain.generation.plain_prompts import plain_text
+
+    chat = [{"role": "system", "content": "Answer in <answer> tags."}, {"role": "user", "content": "What is 2 + 3?"}]
+    assert plain_text(chat) == "Answer in <answer> tags.\n\nUser: What is 2 + 3?\nAssistant:"
+    templated = engine.generate([chat], GREEDY)[0]
+    assert "prompt_form" not in templated.extra
     template, engine.tokenizer.chat_template = engine.tokenizer.chat_template, None
     try:
-        with pytest.raises(UserError, match="has no chat template"):
-            engine.generate([[{"role": "user", "content": "hi"}]], GREEDY)
+        plain = engine.generate([chat, "hi"], GREEDY)
+        assert plain[0].prompt_tokens == len(engine.tokenizer(plain_text(chat))["input_ids"])
+        assert plain[0].extra["prompt_form"] == "plain" and "prompt_form" not in plain[1].extra  # a raw string was never a chat
         assert engine.generate(["hi"], GREEDY)[0].prompt_tokens == len(engine.tokenizer("hi")["input_ids"])
+        with pytest.raises(UserError, match="a 'tool' turn with str content cannot be sent as plain text"):
+            engine.generate([[{"role": "tool", "content": "5"}]], GREEDY)
         with pytest.raises(UserError, match=r"prompt\(s\) \[1\] are empty"):
             engine.generate(["hi", ""], GREEDY)
     finally:

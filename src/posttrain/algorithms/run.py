@@ -180,9 +180,12 @@ def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
     for note in configure_tracking(recipe.tracking, Path(trl_config.output_dir)):
         log(note)
     loaded = _load_model(recipe, device, trl_config, seed)
+    from posttrain.data.chat_data import require_chat_template
+
     from .tool_use import prepare_tools
 
     toolbox = prepare_tools(recipe, loaded, log)  # chat_template_path, tools in workers, the template check
+    require_chat_template(recipe, loaded.tokenizer, train_dataset)
     schemas = toolbox.schemas() if toolbox is not None else None
     train_dataset, eval_dataset = fit_prompts(recipe, loaded.tokenizer, [train_dataset, eval_dataset], schemas, drops)
     prompt_audits = audit_prompts(train_dataset, eval_dataset, loaded.tokenizer, trl_config, schemas) if data_format == "prompt" and not recipe.uses_images else []

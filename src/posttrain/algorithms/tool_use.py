@@ -148,3 +148,4 @@ def attach_tool_counts(trainer, counts: ToolCounts, toolbox) -> None:
 
     trainer._tool_call_loop = counted_loop
     trainer._generate_and_score_completions = counted_generation
+

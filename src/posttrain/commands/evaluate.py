@@ -381,8 +381,8 @@ def _run_arms(arms: list[dict], items: list[dict], params, args, out: Path, opti
         engine = with_tools(LazyEngine(spec, lambda spec=spec: make_engine(spec, **options[spec])), toolbox, args)
         _log(f"{arm['name']}: {spec} on {len(items)} items")
         try:
-            results[arm["name"]] = evaluate(arm["name"], engine, items, params, cache_dir, log=_log,
-                                            endpoint=endpoint(spec, options[spec]))
+            results[arm["name"]] = evaluate(arm["name"], engine, items, params, cache_dir, log=_log, endpoint=endpoint(spec, options[spec]),
+                                            use_chat_template=options[spec].get("use_chat_template", True) is not False)
         finally:
             engine.close()
     return results

@@ -67,6 +67,8 @@ def summarize_arm(arm: dict, records: list[dict], alpha: float = 0.05) -> dict:
     row["truncated"] = sum(r["finish_reason"] == "length" for r in records)
     row["errors"] = errors
     row["cached"] = sum(bool(r.get("cached")) for r in records)
+    if any(r.get("prompt_form") == "plain" for r in records):
+        row["prompt_form"] = "plain"  # asked without a chat template (generation/plain_prompts.py)
     counts = [r["tools"] for r in records if isinstance(r.get("tools"), dict)]
     if counts:  # generated with tools (posttrain.generation.tool_loop)
         row["tool_use"] = {"rate": sum(c.get("calls", 0) > 0 for c in counts) / len(counts),
@@ -248,6 +250,12 @@ def render_markdown(report: dict) -> str:
     if any(r["errors"] for r in report["arms"]):
         parts += ["errors: failed requests (the model never answered). They are left out of n scored and of the "
                   "accuracy, not counted as wrong answers; re-running the command retries them (failures are not cached).", ""]
+    plain = [r["arm"] for r in report["arms"] if r.get("prompt_form") == "plain"]
+    if plain:
+        parts += [f"prompts: {', '.join(plain)} asked in plain text, without a chat template (the model has none, or "
+                  "--no-chat-template): the system prompt, then 'User: <question>' and 'Assistant:', zero-shot; each answer "
+                  "ends where the model began the user's next turn."
+                  + (" The other arms were asked through their chat templates." if len(plain) < len(report["arms"]) else ""), ""]
     parts += ["strict: the single <answer> block equals gold (what the GRPO answer_match reward pays for); "
               "loose: the last number (mmlu: choice letter) anywhere equals gold, format ignored. "
               "format: mean format_score in [0, 1].", ""]

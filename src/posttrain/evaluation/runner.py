@@ -37,7 +37,8 @@ from posttrain.generation.base import Completion, Engine, SamplingParams, with_l
 __all__ = ["GenerationCache", "LazyEngine", "evaluate", "item_key", "model_identity"]
 
 CACHE_VERSION = 1  # bump when the cached line format or the key material changes
-TOOL_FIELDS = ("turns", "tools", "environment_reward")  # what a generation with tools keeps beside its text
+# what a generation keeps beside its text: with tools, its turns and counts; without a chat template, that it was asked in plain text
+EXTRA_FIELDS = ("turns", "tools", "environment_reward", "prompt_form")
 
 # Files that decide what a local model generates. Training state (optimizer, scheduler, trainer
 # state) does not, and checkpoint-N subfolders are other models: neither is part of the identity.
@@ -92,9 +93,11 @@ class GenerationCache:
     """The cached generations of one (engine, model identity, sampling params) in one JSONL file."""
 
     def __init__(self, cache_dir: str | Path, engine_name: str, params: SamplingParams, endpoint: str | None = None,
-                 tools: dict | None = None):
+                 tools: dict | None = None, use_chat_template: bool = True):
         material = {"version": CACHE_VERSION, "engine": engine_name, "identity": model_identity(engine_name),
                     "params": params.to_dict()}
+        if not use_chat_template:  # --no-chat-template: the same items asked another way
+            material["use_chat_template"] = False
         if endpoint is not None:  # API models only, so local models keep their existing cache files
             material["endpoint"] = endpoint
         if tools is not None:  # generations with tools (posttrain.generation.tool_loop): their specs, schemas and files
@@ -116,7 +119,7 @@ class GenerationCache:
                 found[row["key"]] = Completion(text=row["text"], prompt_tokens=row.get("prompt_tokens"),
                                                completion_tokens=row.get("completion_tokens"),
                                                finish_reason=row.get("finish_reason"),
-                                               extra={k: row[k] for k in TOOL_FIELDS if k in row})
+                                               extra={k: row[k] for k in EXTRA_FIELDS if k in row})
         return found
 
     def append(self, entries: list[tuple[str, str, Completion]]) -> None:
@@ -125,7 +128,7 @@ class GenerationCache:
         lines = [] if self.path.is_file() else [json.dumps({"cache": self.material})]
         lines += [json.dumps({"key": key, "id": item_id, "text": c.text, "prompt_tokens": c.prompt_tokens,
                               "completion_tokens": c.completion_tokens, "finish_reason": c.finish_reason,
-                              **{k: c.extra[k] for k in TOOL_FIELDS if k in c.extra}},
+                              **{k: c.extra[k] for k in EXTRA_FIELDS if k in c.extra}},
                              ensure_ascii=False, default=str) for key, item_id, c in entries]
         with self.path.open("a", encoding="utf-8") as f:
             f.write("".join(line + "\n" for line in lines))
@@ -161,15 +164,16 @@ class LazyEngine:
 
 def evaluate(arm_name: str, engine: Engine, task_items: list[dict], params: SamplingParams,
              cache_dir: str | Path | None = None, *, chunk_size: int = 64,
-             log: Callable[[str], None] | None = None, endpoint: str | None = None) -> list[dict]:
+             log: Callable[[str], None] | None = None, endpoint: str | None = None, use_chat_template: bool = True) -> list[dict]:
     """Records (``scoring.score_completion``) of ``engine`` answering ``task_items``, in item order.
 
     Items already in the cache are not sent to the engine (their records have ``cached: True``);
     the rest are generated ``chunk_size`` at a time and appended to the cache after each chunk.
     ``cache_dir=None`` disables the cache. ``endpoint``: the API root an API model answers from.
+    ``use_chat_template``: the engine's (False: --no-chat-template), part of the cache's key.
     """
     tools = engine.identity() if hasattr(engine, "identity") else None
-    cache = GenerationCache(cache_dir, engine.name, params, endpoint, tools) if cache_dir is not None else None
+    cache = GenerationCache(cache_dir, engine.name, params, endpoint, tools, use_chat_template) if cache_dir is not None else None
     cached = cache.load() if cache else {}
     keys = [item_key(item) for item in task_items]
     todo = [i for i, key in enumerate(keys) if key not in cached]

@@ -116,6 +116,7 @@ def score_completion(item: dict, arm: str, completion: Any, *, cached: bool = Fa
         "finish_reason": "error" if completion.error else completion.finish_reason,
         "error": completion.error,
         "cached": cached,
-        # with tools: every turn after the prompt (calls and results), the counts, an environment's reward
-        **{k: completion.extra[k] for k in ("turns", "tools", "environment_reward") if k in (completion.extra or {})},
+        # with tools: every turn after the prompt (calls and results), the counts, an environment's reward;
+        # without a chat template: prompt_form "plain" (generation/plain_prompts.py)
+        **{k: completion.extra[k] for k in ("turns", "tools", "environment_reward", "prompt_form") if k in (completion.extra or {})},
     }

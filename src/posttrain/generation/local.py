@@ -36,6 +36,7 @@ from pathlib import Path
 
 from posttrain.errors import UserError
 from posttrain.generation.base import Completion, Prompt, SamplingParams, check_params, has_images
+from posttrain.generation.plain_prompts import own_turn, plain_text
 from posttrain.models.checkpoint_report import read_header, tensor_group
 from posttrain.models.loading import DeviceInfo, adapter_base, resolve_source, source_notes, torch_dtype
 from posttrain.models.tokenizer_rules import ensure_pad_token
@@ -49,7 +50,8 @@ class TransformersEngine:
     device: "cuda", "mps", "cpu" or None (the best one available).
     dtype: "auto" (bf16 on a bf16-capable GPU, float32 elsewhere) or a torch dtype name.
     use_chat_template: wrap plain-string prompts as one user turn in the tokenizer's chat template
-        (when it has one); False sends them raw. Chat prompts always use the template.
+        (when it has one); False sends them raw. Chats use the template; without one (a base model)
+        or with False they go as a plain transcript (`plain_prompts`).
     progress: show a tqdm bar over batches (on stderr).
     decoder: "posttrain" (posttrain's decoding loop, `generation.decoding`; the weights pre-packed once
         for the whole call) or "transformers" (`model.generate`). Vision-language models always use
@@ -107,14 +109,18 @@ class TransformersEngine:
             raise UserError(f"prompt(s) {empty[:10]} are empty after tokenization (no chat template around them); give non-empty text")
         config = self._generation_config(params)
         if self.decoder == "transformers":
-            return self._in_batches([len(ids) for ids in encoded], params.seed,
-                                    lambda batch: self._generate_batch([encoded[i] for i in batch], config, tools=tools))
-        from posttrain.generation.decoding import decode
-        from posttrain.generation.inference_weights import inference_linears
+            completions = self._in_batches([len(ids) for ids in encoded], params.seed,
+                                           lambda batch: self._generate_batch([encoded[i] for i in batch], config, tools=tools))
+        else:
+            from posttrain.generation.decoding import decode
+            from posttrain.generation.inference_weights import inference_linears
 
-        with inference_linears(self.model, rows=min(self.batch_size, len(encoded))):  # packed once for every batch
-            return self._in_batches([len(ids) for ids in encoded], params.seed, lambda batch: self._generate_batch(
-                [encoded[i] for i in batch], config, lambda **inputs: decode(self.model, **inputs, weights=False), tools))
+            with inference_linears(self.model, rows=min(self.batch_size, len(encoded))):  # packed once for every batch
+                completions = self._in_batches([len(ids) for ids in encoded], params.seed, lambda batch: self._generate_batch(
+                    [encoded[i] for i in batch], config, lambda **inputs: decode(self.model, **inputs, weights=False), tools))
+        if sends_plain(self.tokenizer, self.use_chat_template):
+            answered_plain(prompts, completions)
+        return completions
 
     def _check_tools(self, tools: list[dict]) -> None:
         """Once per tool set: the template renders tools and a parser reads calls back (as at training start-up)."""
@@ -217,6 +223,16 @@ class TransformersEngine:
         return completion
 
 
+def answered_plain(prompts: list[Prompt], completions: list[Completion]) -> None:
+    """Chats sent as plain text: each completion cut where the model began the user's next turn, and
+    marked (`extra["prompt_form"]`: reports say which prompt form an arm was asked in)."""
+    for prompt, completion in zip(prompts, completions):
+        if isinstance(prompt, list):
+            completion.text, cut = own_turn(completion.text)
+            completion.finish_reason = "stop" if cut else completion.finish_reason
+            completion.extra["prompt_form"] = "plain"
+
+
 def default_batch_size(device) -> int:
     """Prompts per batch when none is given: 64 on a CPU, 16 elsewhere. A CPU decode step reads every
     weight once whatever the batch, so more rows per step is nearly free there: SmolLM2, 64 greedy
@@ -226,20 +242,21 @@ def default_batch_size(device) -> int:
     return 64 if device.type == "cpu" else 16
 
 
+def sends_plain(tokenizer, use_chat_template: bool) -> bool:
+    """Whether prompts go without the chat template: the tokenizer has none (a base model), or the
+    caller said so (--no-chat-template)."""
+    return not (use_chat_template and getattr(tokenizer, "chat_template", None))
+
+
 def encode_prompt(tokenizer, prompt: Prompt, use_chat_template: bool, tools: list[dict] | None = None) -> list[int]:
     """Token ids for one prompt. Chats are rendered with the chat template and the generation
     prompt (and the tools offered, if any); the rendered text already holds any bos the template
-    wants, so no special tokens are added again. Raw strings get the tokenizer's usual special
-    tokens (e.g. Llama's bos)."""
-    has_template = bool(getattr(tokenizer, "chat_template", None))
-    if isinstance(prompt, str) and not (use_chat_template and has_template):
-        return tokenizer(prompt, add_special_tokens=True)["input_ids"]
+    wants, so no special tokens are added again. Without a template (`sends_plain`), raw strings are
+    sent as they are and chats as a plain transcript (`plain_prompts.plain_text`), with the
+    tokenizer's usual special tokens (e.g. Llama's bos)."""
+    if sends_plain(tokenizer, use_chat_template):
+        return tokenizer(prompt if isinstance(prompt, str) else plain_text(prompt), add_special_tokens=True)["input_ids"]
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-    if not has_template:
-        raise UserError(
-            f"a chat prompt was given but the tokenizer of {tokenizer.name_or_path!r} has no chat template; "
-            "give plain-string prompts or a model whose tokenizer defines chat_template"
-        )
     text = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False, add_generation_prompt=True)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from posttrain.errors import UserError
 from posttrain.generation.base import Completion, Prompt, SamplingParams, check_params
-from posttrain.generation.local import adapter_vocab_rows, encode_prompt
+from posttrain.generation.local import adapter_vocab_rows, answered_plain, encode_prompt, sends_plain
 from posttrain.models.loading import adapter_base, resolve_source
 
 
@@ -83,7 +83,7 @@ class VLLMEngine:
             seed=params.seed,
         )
         outputs = self.llm.generate(encoded, sampling, lora_request=self.lora)
-        return [
+        completions = [
             Completion(
                 text=out.outputs[0].text,
                 prompt_tokens=len(out.prompt_token_ids),
@@ -92,3 +92,6 @@ class VLLMEngine:
             )
             for out in outputs
         ]
+        if sends_plain(self.tokenizer, self.use_chat_template):
+            answered_plain(prompts, completions)
+        return completions

@@ -324,9 +324,10 @@ def tool_problems(training) -> list[Problem]:
     """GRPO/GSPO tools and environment: imported and checked in a worker process (posttrain.tools.probe),
     so a module that does not import, a tool TRL cannot describe to the model or an environment without
     reset stops `validate` and `train` here, before any model loads. And the chat template file they
-    often need (training.chat_template_path, posttrain's own key in GRPO/GSPO) must exist."""
+    often need (training.chat_template_path: posttrain's own key in GRPO/GSPO/RLOO, TRL's in SFT and reward
+    models) must exist."""
     out = []
-    template = getattr(training, "chat_template_path", None) if type(training)._family in ("grpo", "rloo") else None
+    template = getattr(training, "chat_template_path", None)
     if template is not None and not Path(template).expanduser().is_file():
         out.append(Problem("training.chat_template_path", f"{template!r} is not a file (relative paths are from {os.getcwd()}); "
                                                           "give a Jinja template file, e.g. recipes/templates/chatml-tools.jinja."))
