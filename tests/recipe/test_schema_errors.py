@@ -41,6 +41,10 @@ def error_of(raw, overrides=()) -> str:
         (recipe(training={"max_prompt_length": 256}), (), ["training.max_prompt_length", "data.max_prompt_length"]),
         (recipe(), ["data.datasets[0].name="], ["data.datasets[0].name (from override)", "at least 1 character"]),
         (recipe(), ["model.use_lora=maybe"], ["model.use_lora", "'maybe' (str) is not valid: expected boolean"]),
+        # YAML 1.2: yes/on/1 are not booleans, in recipes as in overrides, for posttrain's keys as for TRL's
+        *((recipe(), [f"{key}={word}"], [key, f"(str) is not valid: expected boolean"])
+          for key in ("model.use_lora", "data.few_shot", "training.bf16") for word in ("yes", "on")),
+        (recipe(model={"use_lora": 1}), (), ["model.use_lora", "expected boolean"]),
         (recipe(training={"algorithm": "grpo", "rewards": [{"name": "answer_match"}], "use_vllm": True, "rollout_engine": "posttrain"}), (),
          ["training.rollout_engine", "with training.use_vllm=true vLLM generates"]),
         (recipe(training={"algorithm": "grpo", "rewards": [{"name": "answer_match"}], "rollout_engine": "hf"}), (),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, StrictInt, model_validator
+from pydantic import Field, StrictBool, StrictInt, model_validator
 
 from .section import Section
 
@@ -117,11 +117,11 @@ class DataSection(Section):
     prompt_truncation: Literal["drop", "left"] = Field(
         "drop", description="What happens to a prompt over max_prompt_length: 'drop' the row, or keep its last tokens ('left')."
     )
-    use_chat_template: bool = Field(
+    use_chat_template: StrictBool = Field(
         True, description="GRPO/GSPO: wrap plain-text prompts as a user message so the model's chat template applies (when it has one)."
     )
     system_prompt: str | None = Field(None, description="GRPO/GSPO: system message for every prompt (default: the template's, if any).")
-    few_shot: bool = Field(False, description="GRPO/GSPO with a math template: add one worked example in the answer format before the question.")
+    few_shot: StrictBool = Field(False, description="GRPO/GSPO with a math template: add one worked example in the answer format before the question.")
     # Images and videos (vision-language runs).
     max_image_pixels: StrictInt | None = Field(
         None, ge=1,

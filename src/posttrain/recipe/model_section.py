@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, StrictInt, model_validator
+from pydantic import Field, StrictBool, StrictInt, model_validator
 
 from .section import Section, raise_all
 
@@ -19,7 +19,7 @@ class ModelSection(Section):
     )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit) of the model.")
     tokenizer_name: str | None = Field(None, description="Load the tokenizer from here instead of base_model_name.")
-    trust_remote_code: bool = Field(False, description="Allow model code from the hub to run. Off by default: it executes downloaded code.")
+    trust_remote_code: StrictBool = Field(False, description="Allow model code from the hub to run. Off by default: it executes downloaded code.")
     torch_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Weights' dtype. 'auto': bfloat16 on CUDA devices that support it, float32 on CPU and MPS."
     )
@@ -33,7 +33,7 @@ class ModelSection(Section):
         "flash-attn, flash-attn-3, flash-attn-4), 'paged|eager', or a hub kernel 'org/repo' (needs the kernels package). "
         "Checked against the machine by `posttrain validate`.",
     )
-    use_lora: bool = Field(False, description="Train a LoRA adapter instead of all weights; checkpoints then hold only the adapter.")
+    use_lora: StrictBool = Field(False, description="Train a LoRA adapter instead of all weights; checkpoints then hold only the adapter.")
     lora_r: StrictInt = Field(16, ge=1, description="LoRA rank.")
     lora_alpha: StrictInt = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r).")
     lora_dropout: float = Field(0.05, ge=0.0, lt=1.0, description="Dropout on the LoRA input (TRL's default). On a CPU "
@@ -47,11 +47,11 @@ class ModelSection(Section):
         description="Modules trained and saved in full beside the adapter (e.g. [embed_tokens, lm_head]). Empty by "
         "default so an adapter holds only LoRA weights; each entry can add hundreds of MB per checkpoint.",
     )
-    load_in_4bit: bool = Field(False, description="QLoRA: load the frozen base in 4 bits (bitsandbytes, CUDA only). Needs use_lora.")
-    load_in_8bit: bool = Field(False, description="Load the frozen base in 8 bits (bitsandbytes, CUDA only). Needs use_lora.")
+    load_in_4bit: StrictBool = Field(False, description="QLoRA: load the frozen base in 4 bits (bitsandbytes, CUDA only). Needs use_lora.")
+    load_in_8bit: StrictBool = Field(False, description="Load the frozen base in 8 bits (bitsandbytes, CUDA only). Needs use_lora.")
     bnb_4bit_quant_type: Literal["nf4", "fp4"] = Field("nf4", description="4-bit data type; nf4 is QLoRA's.")
-    bnb_4bit_use_double_quant: bool = Field(True, description="Quantise the quantisation constants too (QLoRA paper).")
-    freeze_vision_tower: bool = Field(
+    bnb_4bit_use_double_quant: StrictBool = Field(True, description="Quantise the quantisation constants too (QLoRA paper).")
+    freeze_vision_tower: StrictBool = Field(
         True,
         description="Vision-language runs (sft_vlm, or GRPO on image prompts): keep the vision tower's weights fixed and "
         "train the projector and language model. On by default: the tower is pre-trained on far more images than a "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, StrictBool, model_validator
 
 from .section import Section
 
@@ -32,9 +32,9 @@ class S3Section(Section):
     prefix: str = Field("", description="Key prefix of this run: s3://bucket/prefix/checkpoint-N/ and .../final/.")
     region: str | None = Field(None, description="Region (default: the AWS environment's).")
     endpoint_url: str | None = Field(None, description="An S3-compatible server (MinIO, Ceph, R2, ...); also used for s3:// model and data sources.")
-    upload_checkpoints: bool = Field(True, description="Upload each checkpoint in the background as it is saved (training does not wait).")
-    upload_final_model: bool = Field(True, description="Upload the final model to .../final/ after it is saved; the run waits for all uploads and reports them.")
-    delete_local_after_upload: bool = Field(
+    upload_checkpoints: StrictBool = Field(True, description="Upload each checkpoint in the background as it is saved (training does not wait).")
+    upload_final_model: StrictBool = Field(True, description="Upload the final model to .../final/ after it is saved; the run waits for all uploads and reports them.")
+    delete_local_after_upload: StrictBool = Field(
         False, description="Delete a local checkpoint once its upload is verified complete (every file present with the right size)."
     )
 
