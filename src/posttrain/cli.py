@@ -131,6 +131,10 @@ def _validate_task_recipe(path: str, overrides: list[str], raw: dict) -> int:
     from posttrain.recipe.tasks import load_task_recipe, resolved
 
     recipe = load_task_recipe(path, overrides, raw=raw)
+    if recipe.evaluation is not None:  # the models it names, before a command would load them
+        from posttrain.commands.evaluate import check_specs
+
+        check_specs(recipe.evaluation)
     command = "generate" if recipe.inference is not None else ("eval" if recipe.evaluation.model else "compare")
     print(f"# {path}: valid (posttrain {command} --recipe {path})")
     print(to_yaml(resolved(recipe)), end="")

@@ -140,12 +140,22 @@ def group_members(spec: str) -> list[str] | None:
     return members
 
 
+def check_specs(evaluation) -> None:
+    """An evaluation recipe's model or arms, checked as the command checks them (`posttrain validate`)."""
+    if evaluation.model is not None:
+        _check_spec(evaluation.model, "evaluation.model")
+    for name, spec in (evaluation.arms or {}).items():
+        if group_members(spec) is None:
+            _check_spec(spec, f"evaluation.arms.{name}")
+
+
 def _check_spec(spec: str, where: str) -> None:
     """Refuse now, before any model loads, a spec written as a path that does not exist or one
     with an unknown provider prefix."""
     from posttrain.generation.engines import engine_kind
+    from posttrain.recipe.preflight import local_looking_model
 
-    if spec.startswith((".", "/", "~")) and not Path(spec).expanduser().exists():
+    if (spec.startswith((".", "/", "~")) and not Path(spec).expanduser().exists()) or local_looking_model(spec):
         raise UserError(f"{where}: {spec} does not exist; give a model or adapter directory, a run directory, a .gguf file, a hub id or tiny:ARCH-SIZE")
     try:
         engine_kind(spec)

@@ -214,6 +214,10 @@ def data_file_problems(key: str, ds) -> list[Problem]:
         problems.append(Problem(f"{key}.name", f"data file {ds.name!r} does not exist (relative paths are from {os.getcwd()})."))
     elif looks_local(ds.name) and not ds.name.endswith(DATA_SUFFIXES):
         problems.append(Problem(f"{key}.name", f"{ds.name!r}: local data must be one of {', '.join(DATA_SUFFIXES)}."))
+    elif local_looking_model(ds.name):  # `data/train`: a typo for a file in data/, not a hub dataset
+        problems.append(Problem(f"{key}.name", f"{ds.name!r} does not exist (relative paths are from {os.getcwd()}), and "
+                                               f"{ds.name.split('/')[0]}/ is a folder here, so it is not a hub dataset id either; "
+                                               f"give a {'/'.join(DATA_SUFFIXES)} file."))
     if looks_local(ds.name) or (ds.name.startswith("s3://") and ds.name.endswith(DATA_SUFFIXES)):
         problems += [Problem(f"{key}.{field}", message) for field, message in local_file_problems(ds)]
     return problems
