@@ -24,3 +24,4 @@ def test_card_metadata_and_health(tmp_path):
     assert "**loss_spike** (steps 3-5): loss rose 4x" in text and "stopped early by training.stop_on: loss_spike" in text
     assert "| loss | 1.1 | 12 |" in text and "| steps | 12 (2 segment(s)" in text and "kept 9 of 10 rows" in text
     assert "posttrain train r.yaml" in text and "git commit abc" in text
+    assert "A LoRA adapter trained by posttrain 0.1 with SFT" in text and "](http" not in text  # no link to a placeholder

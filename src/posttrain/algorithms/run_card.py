@@ -66,7 +66,7 @@ def render(summary: dict, recipe, records: list[dict], provenance: dict, adapter
         meta["base_model"] = base
     header = "---\n" + "".join(f"{k}: {json.dumps(v)}\n" for k, v in meta.items()) + "---\n"
     lines = [header, f"# {Path(training.output_dir).name}", "",
-             f"{'A LoRA adapter' if adapter else 'A model'} trained by [posttrain](https://github.com/) with "
+             f"{'A LoRA adapter' if adapter else 'A model'} trained by posttrain {provenance.get('posttrain', '?')} with "
              f"{training.algorithm.upper()} (TRL {provenance.get('trl', '?')}).", "",
              "| | |", "|---|---|",
              f"| base model | `{base}` |",
