@@ -91,7 +91,7 @@ def cmd_validate(args) -> int:
     add_search_paths(recipe_path)  # rewards, tools and environments import as train imports them
     raw = read_yaml(recipe_path)  # read once: for the kind of recipe, then for the recipe itself
     if is_task_recipe(raw):
-        return _validate_task_recipe(recipe_path, overrides, raw)
+        return _validate_task_recipe(recipe_path, overrides, raw, args.schema_only)
     world = planned_world_size(options_from_args(args))
     loaded = load_with_file_checks(lambda path, items: load_recipe(path, items, raw=raw, world_size=world), recipe_path, overrides,
                                    machine=not args.schema_only)
@@ -125,13 +125,14 @@ def what_train_checks(loaded, recipe_path: str, argv: list[str]) -> list[str]:
     return notes
 
 
-def _validate_task_recipe(path: str, overrides: list[str], raw: dict) -> int:
-    """A generation/evaluation recipe (`inference:` / `evaluation:`): schema checks, printed resolved."""
+def _validate_task_recipe(path: str, overrides: list[str], raw: dict, schema_only: bool = False) -> int:
+    """A generation/evaluation recipe (`inference:` / `evaluation:`): schema checks and, unless schema_only, the
+    models an evaluation names; printed resolved."""
     from posttrain.recipe.load import to_yaml
     from posttrain.recipe.tasks import load_task_recipe, resolved
 
     recipe = load_task_recipe(path, overrides, raw=raw)
-    if recipe.evaluation is not None:  # the models it names, before a command would load them
+    if recipe.evaluation is not None and not schema_only:  # the models it names, before a command would load them
         from posttrain.commands.evaluate import check_specs
 
         check_specs(recipe.evaluation)

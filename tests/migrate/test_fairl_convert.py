@@ -168,8 +168,16 @@ def test_cli_writes_the_recipe_prints_the_table_and_refuses_what_it_cannot_conve
     assert ok.returncode == 0, ok.stderr
     assert "FAI-RL key" in ok.stderr and "data.datasets[0].text_template" in ok.stderr
     assert out.read_text().startswith("# Converted from the FAI-RL recipe") and cli("validate", out, "--schema-only").returncode == 0
+    # quiet: no table printed, and the written recipe still holds it (nothing says a table was printed)
+    quiet = cli("convert", HERE / "fairl_corpus/training/sft_lora_moderation.yaml", "-q", "-o", tmp_path / "quiet.yaml")
+    assert quiet.returncode == 0 and "FAI-RL key" not in quiet.stderr
+    written = (tmp_path / "quiet.yaml").read_text()
+    assert written == out.read_text() and "printed" not in written
+    comment = "".join(line for line in written.splitlines(keepends=True) if line.startswith("#"))
+    assert "#   FAI-RL key" in comment and "data.datasets[0].text_template" in comment
     blocked = cli("convert", HERE / "fairl_corpus/training/ppo_lora.yaml", "-o", tmp_path / "ppo.yaml")
     assert blocked.returncode == 2 and "training.algorithm: posttrain has no PPO" in blocked.stderr
+    assert "training.algorithm=rloo (or grpo) with training.rewards: [{model: <the reward model's folder>}]" in blocked.stderr
     assert not (tmp_path / "ppo.yaml").exists() and "Traceback" not in blocked.stderr
     already = cli("convert", repo / "recipes/sft/tiny-cpu.yaml")
     assert already.returncode == 2 and "already a posttrain recipe" in already.stderr

@@ -21,7 +21,7 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("file", help="the FAI-RL recipe (YAML)")
     p.add_argument("-o", "--out", help="where to write the posttrain recipe (default: print it)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no table, only the recipe or the errors")
+    p.add_argument("--quiet", "-q", action="store_true", help="print no table (the written recipe's opening comment still holds it)")
     p.set_defaults(func=run)
 
 
@@ -66,7 +66,12 @@ def already_posttrain(raw: dict) -> bool:
 
 
 def header(source: str, conv) -> str:
-    return f"# Converted from the FAI-RL recipe {source} by `posttrain convert`; the table it printed says what changed.\n"
+    """The written recipe's opening comment: where it came from, and the table of what changed (kept with the
+    recipe, whether or not the table was printed)."""
+    from posttrain.migrate import render
+
+    table = "".join(f"#   {line}".rstrip() + "\n" for line in render(conv.rows).splitlines())
+    return f"# Converted from the FAI-RL recipe {source} by `posttrain convert`. What changed:\n{table}"
 
 
 def check(conv, text: str) -> None:

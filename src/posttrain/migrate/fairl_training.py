@@ -120,8 +120,10 @@ def _algorithm(conv: Conversion, out: dict, algorithm: str) -> None:
     from posttrain.recipe.schema import TRAINING_MODELS
 
     if algorithm == "ppo":
-        conv.add("training.algorithm", note="posttrain has no PPO (FAI-RL's ppo trained against a reward model); "
-                 "rewrite it as grpo with a reward function, by hand", blocking=True)
+        conv.add("training.algorithm", note="posttrain has no PPO (a value model trained beside the policy). Its "
+                 "critic-free counterparts take the same reward model: training.algorithm=rloo (or grpo) with "
+                 "training.rewards: [{model: <the reward model's folder>}] (recipes/rloo/tiny-cpu.yaml); the generation "
+                 "and batch settings differ, so write that recipe by hand", blocking=True)
     elif algorithm == "sft_vlm" and algorithm not in TRAINING_MODELS:
         conv.add("training.algorithm", note="sft_vlm (vision-language SFT) is not in this build of posttrain yet; "
                  "nothing is converted rather than training a text-only model", blocking=True)
