@@ -84,6 +84,7 @@ def test_whole_run_weights_each_logged_loss_by_its_steps():
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, None)])
 def test_first_signal_stops_after_the_step_with_a_checkpoint_second_stops_at_once(sig, code, tmp_path):
     messages = []
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a foreground process has it (the suite may run under nohup)
     stop = GracefulStop(messages.append).install()
     try:
         os.kill(os.getpid(), sig)
@@ -100,7 +101,21 @@ def test_first_signal_stops_after_the_step_with_a_checkpoint_second_stops_at_onc
             assert raised.value.code == code
     finally:
         stop.restore()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        signal.signal(signal.SIGINT, inherited)
+
+
+def test_a_signal_the_process_inherited_as_ignored_stays_ignored():
+    """`nohup posttrain train ...` and `posttrain train ... &` ignore Ctrl-C: the run must not start reacting to it."""
+    inherited = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop = GracefulStop().install()
+    try:
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) == stop._handle
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.signal_name is None
+    finally:
+        stop.restore()
+        signal.signal(signal.SIGINT, inherited)
 
 
 def test_a_finished_run_without_a_checkpoint_cannot_be_extended_and_says_how_to_start_over(tmp_path):

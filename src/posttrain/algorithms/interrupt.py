@@ -32,9 +32,12 @@ class GracefulStop(TrainerCallback):
         self._previous: dict = {}
 
     def install(self) -> "GracefulStop":
+        """Handle SIGINT and SIGTERM, except one the process inherited as ignored: a run started with
+        `nohup` or in the background (`&`) ignores Ctrl-C on purpose, and keeps ignoring it."""
         if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
             for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handle)
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def restore(self) -> None:
