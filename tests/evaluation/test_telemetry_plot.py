@@ -45,3 +45,19 @@ def test_mfu_is_a_percentage_in_every_table():
                      beta=None, summary={"speed": {"mfu": 0.1016, "tokens_per_s": 100.0, "peak": "test"}, "health": []})
     text = render([one], 1)
     assert "## MFU (% of peak)" in text and text.count("10.2%") == 2 and "0.1016" not in text
+
+
+def test_each_run_is_binned_on_its_own_so_a_short_run_shows_its_trend():
+    """An 80-step GRPO run beside a 5-step SFT run: shared bins put all five SFT steps in the first of
+    four ranges and left three empty; each run now gets its own parts."""
+    from posttrain.evaluation.telemetry import render
+
+    short = RunMetrics("sft", Path("sft"), [{"step": s, "loss": 2.0 - 0.3 * s} for s in range(1, 6)], beta=None, summary={"health": []})
+    long = RunMetrics("grpo", Path("grpo"), [{"step": s, "loss": 1.0 / s} for s in range(1, 81)], beta=None, summary={"health": []})
+    text = render([short, long], 4)
+    assert "Steps in each part: sft 1-1, 2-2, 3-4, 5-5; grpo 1-20, 21-40, 41-60, 61-80" in text
+    table = text.split("## loss")[1].split("\n\n")[1].splitlines()
+    assert table[0] == "| part | sft | grpo |"
+    assert [row.split(" | ")[1] for row in table[2:]] == ["1.7", "1.4", "0.95", "0.5"]  # every part of the short run filled
+    same = render([long, RunMetrics("gspo", Path("gspo"), long.records, beta=None, summary={"health": []})], 4)
+    assert "| 1-20 |" in same and "part" not in same.split("## loss")[1]  # runs of one length keep step ranges

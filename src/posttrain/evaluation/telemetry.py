@@ -217,19 +217,30 @@ def _cell(value: float | None, percent: bool = False) -> str:
 
 
 def render(runs: list[RunMetrics], bins: int) -> str:
-    max_step = max(run.max_step for run in runs)
-    if max_step == 0:
+    """Each metric's mean over each run's steps cut into `bins` parts. Every run is cut on its own, so a
+    5-step run next to an 80-step one still shows its trend; the rows then name parts, and a line says
+    which steps each run's parts hold."""
+    if max(run.max_step for run in runs) == 0:
         raise UserError("the runs have no logged steps yet")
-    ranges = step_ranges(max_step, bins)
-    lines = [f"# Training telemetry ({len(runs)} run(s), steps 1-{max_step} in {len(ranges)} ranges)", ""]
+    ranges = {run.name: step_ranges(run.max_step, bins) for run in runs}
+    shared = len({tuple(r) for r in ranges.values()}) == 1
+    parts = max(len(r) for r in ranges.values())
     names = [run.name for run in runs]
+    if shared:
+        lines = [f"# Training telemetry ({len(runs)} run(s), steps 1-{runs[0].max_step} in {parts} ranges)", ""]
+        rows = [f"{lo}-{hi}" for lo, hi in ranges[names[0]]]
+    else:
+        lines = [f"# Training telemetry ({len(runs)} run(s), each run's steps in {parts} parts of its own)", "",
+                 "Steps in each part: " + "; ".join(f"{name} {', '.join(f'{lo}-{hi}' for lo, hi in ranges[name])}" for name in names), ""]
+        rows = [f"{i + 1}/{parts}" for i in range(parts)]
     for key, label in metric_keys(runs):
-        columns = {run.name: binned(run, key, ranges) for run in runs}
+        columns = {run.name: binned(run, key, ranges[run.name]) for run in runs}
         if all(v is None for col in columns.values() for v in col):
             continue
-        lines += [f"## {label}", "", "| steps | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-        for i, (lo, hi) in enumerate(ranges):
-            lines.append(f"| {lo}-{hi} | " + " | ".join(_cell(columns[n][i], key in PERCENT_KEYS) for n in names) + " |")
+        lines += [f"## {label}", "", f"| {'steps' if shared else 'part'} | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        for i, row in enumerate(rows):
+            cells = [_cell(columns[n][i] if i < len(columns[n]) else None, key in PERCENT_KEYS) for n in names]
+            lines.append(f"| {row} | " + " | ".join(cells) + " |")
         lines.append("")
     notes = [f"- {run.name}: beta={run.beta}, no KL term and no KL metric (TRL logs none with beta=0)" for run in runs if run.beta == 0]
     if notes:
