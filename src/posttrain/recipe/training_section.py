@@ -122,9 +122,10 @@ class TrainingBase(Section):
         "auto",
         description="DPO (and SFT with padding_free false; SFT on a CPU is padding-free by default) on one CPU process: "
         "'auto' (default) splits each padded batch into micro-batches with gradient accumulation when that is estimated at "
-        "least 1.05x faster, from the run's own token lengths and a forward and backward timed on its model at start-up "
-        "(under the run's autocast): the same rows per optimizer step and the same loss, less padding computed (said at "
-        "start-up; README 'No padding waste'). false keeps the batches as per_device_train_batch_size says.",
+        "least 1.05x faster from the run's own token lengths (a pass's fixed cost counted as 100 tokens' work, never a "
+        "timing: seeded runs split alike): the same rows per optimizer step and the same loss, less padding computed (said "
+        "at start-up). DPO losses over the whole batch (aot, aot_unpaired, sft) are never split. false keeps the batches "
+        "as per_device_train_batch_size says.",
     )
     resume_from_checkpoint: Literal["auto", False] | str | None = Field(
         None,
