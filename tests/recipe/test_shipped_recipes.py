@@ -39,7 +39,29 @@ def test_recipe_is_valid(path, monkeypatch):
 
 
 def needs_a_gpu(recipe) -> bool:
-    """Recipes for GPU machines (QLoRA, FlashAttention, Liger) fail preflight elsewhere, as they should."""
+    """Recipes for GPU machines (QLoRA, FlashAttention, Liger, FSDP) fail preflight elsewhere, as they should."""
     model = recipe.model
     return bool(model.load_in_4bit or model.load_in_8bit or (model.attn_implementation or "").startswith("flash_attention")
-                or getattr(recipe.training, "use_liger_kernel", False))
+                or getattr(recipe.training, "use_liger_kernel", False) or getattr(recipe.training, "distributed", None) == "fsdp")
+
+
+def test_the_recipes_index_lists_every_recipe_and_nothing_else():
+    """recipes/README.md links each shipped recipe once; a new recipe without its row (or a row for a deleted one) fails."""
+    import re
+
+    index = (REPO / "recipes" / "README.md").read_text()
+    linked = re.findall(r"\]\(([^)]+\.yaml)\)", index)
+    assert sorted(linked) == sorted(str(p.relative_to(REPO / "recipes")) for p in RECIPES)
+
+
+def test_the_families_users_bring_have_sft_dpo_and_grpo_recipes():
+    families = {"qwen3": ("Qwen/Qwen3-",), "llama-3.1": ("meta-llama/Llama-3.1-",), "gemma-3": ("google/gemma-3-",),
+                "mistral": ("mistralai/Mistral-",)}
+    shipped = [(p.relative_to(REPO / "recipes").parts[0], load_recipe(p).recipe) for p in RECIPES]
+    for family, prefixes in families.items():
+        for algorithm in ("sft", "dpo", "grpo"):
+            found = [r for top, r in shipped if top == algorithm and r.model.base_model_name.startswith(prefixes)]
+            assert found, f"no {algorithm} recipe for {family}"
+    several = [r for _, r in shipped if getattr(r.training, "distributed", None) in ("zero2", "zero3", "fsdp")]
+    assert {r.training.algorithm for r in several} >= {"sft", "dpo", "grpo"}  # multi-GPU variants, one consistent way
+    assert not any("accelerate launch --config_file" in p.read_text() for p in RECIPES)
