@@ -23,7 +23,7 @@ STAMP := $(VENV)/.posttrain-installed
 # from source for minutes): its own lighter install keeps `make demo` inside its time budget.
 BASE_STAMP := $(VENV)/.posttrain-base-installed
 
-.PHONY: install install-base demo demo-real tool-use tool-use-real test benchmark kl-ablation kl-real grpo-real clean
+.PHONY: install install-base demo demo-real tool-use tool-use-real test docs benchmark kl-ablation kl-real grpo-real clean
 
 install: $(STAMP)
 install-base: $(BASE_STAMP)
@@ -113,6 +113,10 @@ tool-use-real: $(GGUF_STAMP) $(REAL_MODEL)
 TEST_WORKERS ?= 2
 test: install
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
+# The docs site (mkdocs.yml, docs/) at http://127.0.0.1:8000, rebuilt as pages change; `make test` builds it strictly.
+docs: install
+	$(BIN)/mkdocs serve
 
 benchmark: install
 	$(BIN)/python benchmarks/trl_overhead.py --algorithm sft

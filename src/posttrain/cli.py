@@ -222,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="posttrain",
         description="Post-train language models (CPT, SFT, DPO, GRPO, GSPO) from validated YAML recipes, then "
         "evaluate them and say with paired statistics whether a change helped.",
-        epilog="Run 'posttrain COMMAND --help' for a command's options. Docs: README.md.",
+        epilog="Run 'posttrain COMMAND --help' for a command's options. Docs: README.md and docs/ (make docs serves them).",
     )
     parser.add_argument("--version", action="version", version=f"posttrain {__import__('posttrain').__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -1,6 +1,7 @@
-"""The README's and the help texts' examples can be run as written: the `posttrain train` examples
-do not collide on one output_dir (a second recipe in a finished run's folder is refused), and the
-files the help examples name exist (or are a run folder an earlier example writes)."""
+"""The docs' and the help texts' examples can be run as written: the `posttrain train` examples in
+README.md and every page under docs/ do not collide on one output_dir (a second recipe in a finished
+run's folder is refused, and a reader runs examples from several pages in one clone), and the files
+the help examples name exist (or are a run folder an earlier example writes)."""
 
 import re
 import shlex
@@ -13,12 +14,19 @@ from posttrain.cli import build_parser
 REPO = Path(__file__).resolve().parents[2]
 
 
-def train_examples() -> list[list[str]]:
+def doc_files() -> list[Path]:
+    """README.md and every page of the docs site."""
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def train_examples() -> list[tuple[str, list[str]]]:
+    """(file, argv) of every `posttrain train --recipe recipes/...` line in a ```bash block."""
     lines = []
-    for block in re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S):
-        for line in block.splitlines():
-            if line.startswith("posttrain train --recipe recipes/"):
-                lines.append(shlex.split(line.split("#")[0]))
+    for path in doc_files():
+        for block in re.findall(r"```bash\n(.*?)```", path.read_text(), flags=re.S):
+            for line in block.splitlines():
+                if line.startswith("posttrain train --recipe recipes/"):
+                    lines.append((str(path.relative_to(REPO)), shlex.split(line.split("#")[0])))
     return lines
 
 
@@ -30,14 +38,17 @@ def output_dir(argv: list[str]) -> str:
     return yaml.safe_load((REPO / recipe).read_text())["training"]["output_dir"]
 
 
-def test_readme_train_examples_each_write_their_own_folder():
+def test_doc_train_examples_each_write_their_own_folder():
     seen: dict[str, tuple] = {}
+    where: dict[str, str] = {}
     examples = train_examples()
     assert len(examples) >= 10
-    for argv in examples:
+    assert any(file == "README.md" for file, _ in examples), "the README shows no `posttrain train` example"
+    for file, argv in examples:
         run = (argv[argv.index("--recipe") + 1], tuple(a for a in argv[3:] if "=" in a and not a.startswith("training.max_steps=")))
         folder = output_dir(argv)
-        assert seen.setdefault(folder, run) == run, f"{folder}: written by {seen[folder]} and {run}"
+        where.setdefault(folder, file)
+        assert seen.setdefault(folder, run) == run, f"{folder}: written by {seen[folder]} ({where[folder]}) and {run} ({file})"
 
 
 def test_help_examples_name_files_that_exist():

@@ -26,13 +26,13 @@ def runtime_defaults(recipe: Recipe, device, data_format: str | None) -> dict[st
     if recipe.training.algorithm in ("sft", "sft_vlm") and data_format == "messages" and "assistant_only_loss" not in set_keys:
         out["assistant_only_loss"] = (True, "messages data: loss on assistant turns only")
     if "activation_checkpointing" not in set_keys:
-        # On a CPU too: measured on SmolLM2-135M + LoRA (README "Defaults race"), off saved no time (SFT, GRPO),
+        # On a CPU too: measured on SmolLM2-135M + LoRA (docs/results/defaults-race.md), off saved no time (SFT, GRPO),
         # cost time (DPO 1.29x slower) and doubled peak memory; only tiny models gained (1.1-1.2x).
         out["activation_checkpointing"] = (True, f"{device.kind}: recompute activations in the backward pass (half the "
                                            "peak memory; on a CPU no slower on a real model)")
     if device.kind == "cpu" and "use_cpu" not in set_keys:
         # Without it, accelerate does not recognise several CPU processes as one job: torchrun's gloo
-        # group exists but the model is never wrapped in DDP, so ranks train alone (README: "2x loss").
+        # group exists but the model is never wrapped in DDP, so ranks train alone (docs/guides/distributed.md: "2x loss").
         world = int(os.environ.get("WORLD_SIZE", "1"))
         out["use_cpu"] = (True, f"cpu: the {world} gloo processes form one data-parallel job" if world > 1 else "cpu: one process")
     if device.kind == "cpu" and "dataloader_pin_memory" not in set_keys:

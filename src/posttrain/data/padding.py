@@ -1,7 +1,7 @@
 """How much of a run's batches is padding, said at start-up with what removes it on this device.
 
 TRL pads each SFT/DPO batch to its longest row. posttrain removes padding by default where that
-cannot change what the run learns (README "No padding waste"): on one CPU process the micro-batch
+cannot change what the run learns (docs/guides/cpu-performance.md): on one CPU process the micro-batch
 rule (`algorithms.micro_batching`) splits batches when that is measured faster; elsewhere the run
 says how much it pays and the exact alternative (micro-batches of one row with gradient
 accumulation train the same rows per optimizer step with no padding at all; with flash attention on
@@ -78,7 +78,7 @@ def padding_note(dataset, args, device_kind: str, advise: bool = True) -> str | 
         return line
     if device_kind == "cpu":
         return (line + f"; on a CPU, training.per_device_train_batch_size=1 training.gradient_accumulation_steps={accumulation} "
-                f"trains the same {what} per step with none (faster on long rows, slower on short ones: README \"No padding waste\")")
+                f"trains the same {what} per step with none (faster on long rows, slower on short ones: docs/guides/cpu-performance.md)")
     if device_kind == "cuda" and not pairs:
-        return line + "; model.attn_implementation=flash_attention_2 makes SFT batches padding-free (README \"No padding waste\")"
+        return line + "; model.attn_implementation=flash_attention_2 makes SFT batches padding-free (docs/guides/cpu-performance.md)"
     return line

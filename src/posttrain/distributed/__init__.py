@@ -1,2 +1,2 @@
 """Many processes, one result: launching (torchrun), the sharding backend (DDP, DeepSpeed ZeRO,
-FSDP), and the once-per-node rule for downloads. See README "Many GPUs and nodes"."""
+FSDP), and the once-per-node rule for downloads. See docs/guides/distributed.md."""

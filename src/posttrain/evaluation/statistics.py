@@ -468,7 +468,7 @@ def seed_level_test(acc_a: Sequence[float], acc_b: Sequence[float]) -> SeedLevel
     training runs, so each run (seed) is one observation; its accuracy over the same fixed items
     already averages the item-level noise that the pooled CMH test counts as evidence. Pooling
     answers treats 3 seeds x 300 items as 900 independent draws, which is optimistic when runs differ
-    more than answers do (README "Several seeds per arm"). Welch rather than Student because the
+    more than answers do (docs/guides/evaluation-protocol.md). Welch rather than Student because the
     arms need not share a seed-to-seed spread (a KL term may well change how stable training is),
     and rather than an exact permutation test because with 3 + 3 seeds there are only 20 labellings,
     so no permutation p-value can fall below 0.1: the test could never reject. A mixed-effects

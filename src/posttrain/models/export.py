@@ -18,7 +18,7 @@ model as it trained (the adapter on its unmerged base, float32) on a few prompts
   forced, the same tokens for both, the exported model computed in float32 after loading, so only
   its saved weights differ): the largest absolute difference must be within the dtype's tolerance
   (`TOLERANCE`: what merging in float32 and rounding the weights to that dtype costs, measured
-  on the tiny models and SmolLM2-135M; README "Export").
+  on the tiny models and SmolLM2-135M; docs/guides/export.md).
 
 A reward model (a sequence classifier, full or SEQ_CLS adapter) is compared by its scores.
 """
@@ -37,7 +37,7 @@ from .sources import adapter_base, resolve_source
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 # Largest |difference| of a next-token log-probability over the whole vocabulary (reward models: of a score) allowed
-# between the exported model and the trained one. Measured (README "Export"): float32, where merging only reorders a
+# between the exported model and the trained one. Measured (docs/guides/export.md): float32, where merging only reorders a
 # sum, 9.5e-7 on tiny:qwen2-1m and 9.2e-5 on SmolLM2-135M (49,152 tokens; the tails of the distribution move most);
 # bfloat16 (8 mantissa bits per weight) 0.0044 and 0.296; float16 (11 bits) 0.0005 on the tiny model.
 TOLERANCE = {"fp32": 1e-3, "fp16": 0.1, "bf16": 0.5}

@@ -22,7 +22,7 @@ def cpu_bf16_flag(cpuinfo: str | None = None) -> str | None:
     """The native-bf16 instruction this CPU has (Linux /proc/cpuinfo flags), or None.
 
     Without one, bf16 on a CPU is emulated and ~6x slower than float32 (NOTES.md); with one it is
-    1.5-1.7x faster on tiny:qwen2-6m (README, "Models and the tokenizer rule").
+    1.5-1.7x faster on tiny:qwen2-6m (docs/guides/models.md).
     """
     if cpuinfo is None:
         try:

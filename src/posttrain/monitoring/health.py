@@ -12,7 +12,7 @@ A *windowed* flag fires when its condition held on every logged record covering 
 ``window`` consecutive training steps; its step range is where it held (the longest such streak
 first seen). Records that lack the metric (GRPO logs no reward on steps that reuse a generation)
 neither extend nor break a streak. The thresholds are below, one per flag, with their reasons;
-`FLAGS` is the table the README and ``training.stop_on`` use.
+`FLAGS` is the table docs/guides/grpo.md and ``training.stop_on`` use.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ stated defaults where they depart from TRL's, and the TRL fields that do nothing
 schema (`recipe/schema.py`), the defaults (`recipe/defaults.py`), the data readers, the run
 (`algorithms/run.py`) and the health checks all read these rows; none keeps its own list.
 
-Adding an algorithm (README "Layout"): a row here, a `build_trainer(run)` in
+Adding an algorithm (docs/development.md): a row here, a `build_trainer(run)` in
 `posttrain/algorithms/<builder>.py`, and, when it has keys of its own or cross-field rules, a
 training section class (`section`, a subclass of `recipe.training_section.TrainingBase`).
 

@@ -32,7 +32,7 @@ Defaults that depend on the machine or the data are resolved when the run starts
 - DPO `precompute_ref_log_probs=True` when the run makes 2+ passes over its data (num_train_epochs
   >= 2, no max_steps, no sync_ref_model; `trl_config.reference_defaults`): one reference pass
   before training replaces one per epoch (measured over one epoch: 1.36x faster with LoRA, 0.81x
-  with full fine-tuning; from two epochs on faster with both, see README "DPO"), and full
+  with full fine-tuning; from two epochs on faster with both, see docs/guides/dpo.md), and full
   fine-tuning then holds no frozen copy of the model (memory only goes down).
 - `use_cpu=True` on machines without a GPU. Without it, N processes started by torchrun on CPU
   are not one job: accelerate's `PartialState` (state.py `_prepare_backend`) picks

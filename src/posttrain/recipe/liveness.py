@@ -55,7 +55,7 @@ def precompute_reason(recipe) -> str | None:
     """Why posttrain turns DPO's precompute_ref_log_probs on for this recipe, or None when it does not.
 
     Precomputing costs one reference forward pass over the data before training and saves the
-    reference forward of every step (benchmarks/padding.py --algorithm dpo; README "DPO"): over one
+    reference forward of every step (benchmarks/padding.py --algorithm dpo; docs/guides/dpo.md): over one
     epoch a gain with LoRA and a loss with full fine-tuning, a saving from the second epoch on, and
     full fine-tuning no longer holds a frozen copy of the model. A run bounded by max_steps may stop
     before an epoch, so it is left alone, as are runs that move the reference (sync_ref_model) or

@@ -80,7 +80,7 @@ class RLTrainingBase(TrainingBase):
         "prefilled once for its group, no cache copies, one uniform draw per row on a CPU; greedy tokens as transformers' "
         "generate's up to float32 rounding, samples from the same distribution (not the same draws), without LoRA "
         "dropout), falling back to generate for settings it does not implement (said at start-up). 'transformers': "
-        "TRL's own model.generate. README 'Rollouts and evaluation' has the measurements.",
+        "TRL's own model.generate. docs/guides/rollouts.md has the measurements.",
     )
     rewards: list[RewardSpec] = Field(
         min_length=1,
