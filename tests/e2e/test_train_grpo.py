@@ -138,6 +138,9 @@ def test_shipped_tiny_recipe_says_it_cannot_learn_and_stops_with_a_checkpoint(cl
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "health: no_learning_signal (steps 1-2)" in result.stdout
     assert "stopping at step 2 (training.stop_on: no_learning_signal)" in result.stdout
+    # one compact line per logged step, not transformers' dict of every value (which metrics.jsonl keeps)
+    assert "step 1/10  loss 0  reward 0 ± 0  kl 0  len 8  lr " in result.stdout
+    assert "'completions/mean_length'" not in result.stdout + result.stderr
     summary = json.loads((out / "run_summary.json").read_text())
     assert summary["global_step"] == 2 and summary["stopped_by"] == "no_learning_signal"
     assert [f["name"] for f in summary["health"]] == ["no_learning_signal", "all_truncated"]  # 8 tokens: every answer cut

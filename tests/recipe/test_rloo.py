@@ -30,7 +30,7 @@ def test_rloo_rules(recipe_problems, override, key, needle):
 
 
 def test_rloo_reaches_the_rl_machinery():
-    from posttrain.algorithms.trl_internals import INTERNALS
+    from posttrain.internals import INTERNALS
     from posttrain.recipe.algorithms import ALGORITHMS, RL_ALGORITHMS
 
     assert "rloo" in RL_ALGORITHMS and ALGORITHMS["rloo"].data == "prompt"

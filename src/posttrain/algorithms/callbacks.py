@@ -10,6 +10,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from posttrain.checkpoints import checkpoint_name
+from posttrain.internals import require
 
 
 class MetricsFile(TrainerCallback):
@@ -130,6 +131,7 @@ class ScheduleOnResume(TrainerCallback):
         values = [base * fn(scheduler.last_epoch) for base, fn in zip(bases, lambdas)]
         for group, value in zip(optimizer.param_groups, values):
             group["lr"] = value
+        require(scheduler, "_last_lr")  # what get_last_lr() returns: set as step() would have
         scheduler._last_lr = values
 
 

@@ -55,11 +55,15 @@ def is_local_main_process() -> bool:
 
 
 @contextmanager
-def without_autocast(model):
+def without_autocast(model, wrapped: bool):
     """Run `model`'s float32 forward inside the block (generation: GRPO's rollouts, held-out scoring):
     accelerate keeps the forward it wrapped in autocast as `_original_forward` (set at `prepare`, so
-    from the first step on); a model it did not wrap needs nothing."""
-    original = model.__dict__.get("_original_forward")
+    from the first step on); a model it did not wrap needs nothing. `wrapped`: accelerate has prepared
+    the model under mixed precision by now, so a missing `_original_forward` is a renamed internal
+    (posttrain/internals.py) and stops the run rather than let it generate under autocast."""
+    from posttrain.internals import require
+
+    original = require(model, "_original_forward", missing_ok=not wrapped)
     if original is None:
         yield
         return

@@ -93,8 +93,9 @@ def add_lengths(trainer) -> None:
         trainer.eval_dataset = {k: with_lengths(v) for k, v in trainer.eval_dataset.items()}
     else:
         trainer.eval_dataset = with_lengths(trainer.eval_dataset)
-    from .trl_internals import require
+    from posttrain.internals import require
 
     require(trainer, "_set_signature_columns_if_needed")()  # no public way to keep a column the model does not take
-    if name not in trainer._signature_columns:
-        trainer._signature_columns = [*trainer._signature_columns, name]  # the collator ignores keys it does not read
+    columns = require(trainer, "_signature_columns")
+    if name not in columns:
+        trainer._signature_columns = [*columns, name]  # the collator ignores keys it does not read

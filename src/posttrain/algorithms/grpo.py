@@ -89,7 +89,7 @@ def build_rl_trainer(run, trainer_class, trainer_module):
 
 
 def default_rollout_engine(device_kind: str) -> str:
-    """posttrain's decoding loop on a CPU, where it was measured (README "Rollouts and evaluation");
+    """posttrain's decoding loop on a CPU, where it was measured (docs/guides/rollouts.md);
     transformers' generate elsewhere until benchmarks/gpu_check.sh has measured the loop on a GPU (it
     keeps merged copies of the adapted weights through the rollouts: about 13 GB more on a 7B model)."""
     return "posttrain" if device_kind == "cpu" else "transformers"
@@ -133,7 +133,7 @@ def route_generate(trainer, engine: str | None, timers=None) -> str:
             said.add(reason)
             print(f"rollouts: transformers' generate for this call ({reason} is not implemented by posttrain's loop)", flush=True)
         started = time.perf_counter()
-        with without_autocast(model) if float32 else nullcontext():
+        with without_autocast(model, wrapped=trainer.accelerator.native_amp) if float32 else nullcontext():
             if fast and reason is None:
                 if packed_at_step[0] != trainer.state.global_step:  # the weights trained since the last rollout
                     forget_trained(model)

@@ -133,8 +133,10 @@ class HeldOutScores(TrainerCallback):
                                            batch_size=spec.batch_size, use_chat_template=self.use_chat_template)
         was_training = engine.model.training
         engine.model.eval()
+        # step 0 is scored at on_train_begin, before the Trainer prepares (and autocast-wraps) the model
+        wrapped = trainer.accelerator.native_amp and trainer.state.global_step > 0
         try:  # float32 on a CPU, as `posttrain eval` loads the model there (bf16 autocast is for the training passes)
-            with without_autocast(model) if trainer.args.use_cpu else nullcontext(), torch.no_grad():
+            with without_autocast(model, wrapped) if trainer.args.use_cpu else nullcontext(), torch.no_grad():
                 greedy = evaluate("held_out", engine, mine, SamplingParams(max_new_tokens=spec.max_new_tokens, seed=spec.seed)) if mine else []
                 sampled = []
                 if spec.pass_k and mine:

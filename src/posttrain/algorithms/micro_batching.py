@@ -74,7 +74,9 @@ def choose(asked: list[int], batch: int, pass_tokens: float = PASS_COST_TOKENS, 
 
 def why_not_exact(trainer, pairs: bool) -> str | None:
     """Why splitting this trainer's batches would change its loss, or None when it would not."""
-    whole_batch = [t for t in getattr(trainer, "loss_types", None) or ["sigmoid"] if t not in PER_PAIR_DPO_LOSSES] if pairs else []
+    from posttrain.internals import require
+
+    whole_batch = [t for t in require(trainer, "loss_types") or () if t not in PER_PAIR_DPO_LOSSES] if pairs else []
     if whole_batch:
         return f"loss_type {', '.join(whole_batch)} is computed over the whole batch, so a split would change the loss"
     return None
@@ -86,7 +88,7 @@ def split_if_faster(trainer, setting, device_kind: str, world: int) -> str | Non
     apply (not one CPU process, batches of one, padding-free or packed batches, under 10% padding)."""
     from posttrain.data.padding import padding_share, row_lengths, sample_rows
 
-    from .trl_internals import require
+    from posttrain.internals import require
 
     args = trainer.args
     batch = args.per_device_train_batch_size

@@ -63,9 +63,9 @@ def attach_timers(trainer, timers: StepTimers) -> None:
     calls of _get_per_token_logps_and_entropies (the reference model's and the old policy's log-probs;
     the loss's own call runs with gradients and stays in training time) on this trainer instance;
     the reward call also measures empty <think> blocks in the completions it scores.
-    All are TRL 1.16 private methods (algorithms/trl_internals.py): a missing one stops the run
+    All are TRL 1.16 private methods (posttrain/internals.py): a missing one stops the run
     (exit 2, naming it) instead of silently logging no split."""
-    from .trl_internals import require
+    from posttrain.internals import require, returned
 
     generate = require(trainer, "_generate")
     rewards = require(trainer, "_calculate_rewards")
@@ -95,7 +95,7 @@ def attach_timers(trainer, timers: StepTimers) -> None:
             return logprobs(*args, **kwargs)
         started = time.perf_counter()
         out = logprobs(*args, **kwargs)
-        _sync(out[0])
+        _sync(returned(trainer, "_get_per_token_logps_and_entropies", out)["per_token_logps"])
         timers.logprobs_s += time.perf_counter() - started
         return out
 

@@ -129,6 +129,7 @@ def load_reward_model(spec: str, key: str, dtype):
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
     from posttrain.errors import UserError
+    from posttrain.internals import require
     from posttrain.models.loading import adapter_base, resolve_source
     from posttrain.recipe.preflight import reward_folder_problem, reward_model_problem
 
@@ -161,6 +162,7 @@ def load_reward_model(spec: str, key: str, dtype):
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.config.pad_token_id = tokenizer.pad_token_id  # the score is read at the last non-pad token
+    require(model.config, "_name_or_path")  # TRL names the reward by it
     model.config._name_or_path = spec.rstrip("/")
     model.eval()
     model.requires_grad_(False)

@@ -35,10 +35,10 @@ from .trl_config import build_trl_config, cpu_attention_applies, runtime_default
 
 def build_trainer(run: Run):
     """The algorithm's trainer, from its builder module (its row's `builder`: posttrain.algorithms.<builder>)."""
-    from .trl_internals import check
+    from posttrain.internals import check
 
     row = ALGORITHMS[run.loaded_recipe.recipe.training.algorithm]
-    check(row.family)  # every private TRL name this family's run touches is there, or exit 2 naming it
+    check(row.family)  # every private internal this family's run touches is there, or exit 2 naming it
     return importlib.import_module(f"{__package__}.{row.builder}").build_trainer(run)
 
 
@@ -182,10 +182,12 @@ def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
     loaded = _load_model(recipe, device, trl_config, seed)
     from posttrain.data.chat_data import require_chat_template
 
+    from .step_lines import use_step_lines
+
     from .tool_use import prepare_tools
 
     toolbox = prepare_tools(recipe, loaded, log)  # chat_template_path, tools in workers, the template check
-    require_chat_template(recipe, loaded.tokenizer, train_dataset)
+    require_chat_template(ALGORITHMS[training.algorithm].family, recipe.model.base_model_name, loaded.tokenizer, train_dataset)
     schemas = toolbox.schemas() if toolbox is not None else None
     train_dataset, eval_dataset = fit_prompts(recipe, loaded.tokenizer, [train_dataset, eval_dataset], schemas, drops)
     prompt_audits = audit_prompts(train_dataset, eval_dataset, loaded.tokenizer, trl_config, schemas) if data_format == "prompt" and not recipe.uses_images else []
@@ -214,6 +216,7 @@ def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
             log(note)
             loaded.notes.append(note)
     monitor_first(trainer, monitor)
+    use_step_lines(trainer)  # one compact line per logged step (--verbose: transformers' full dicts)
     _check_built(run, trainer, drops, device, world)
     output_dir.mkdir(parents=True, exist_ok=True)
     if is_main_process():

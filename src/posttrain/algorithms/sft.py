@@ -27,6 +27,8 @@ import functools
 
 
 def build_trainer(run):
+    from posttrain.internals import require
+
     SFTTrainer = audited_trainer_class()
     args = run.trl_config
     model_name = run.loaded_recipe.recipe.model.base_model_name
@@ -44,6 +46,8 @@ def build_trainer(run):
             args.padding_free = True
         # the collator's padding_free is a public field of TRL's DataCollatorForLanguageModeling (documented:
         # "padding_free: flatten the batch"); trainer.padding_free is read only in SFTTrainer.__init__
+        # (posttrain/internals.py: a test keeps it so)
+        require(trainer, "padding_free")
         trainer.padding_free = True
         trainer.data_collator.padding_free = True
     run.token_audits = trainer.token_audits
@@ -64,20 +68,22 @@ def audited_trainer_class():
     from posttrain.data import sft_tokens
     from posttrain.data.token_audit import end_of_turn
 
-    from .trl_internals import require
+    from posttrain.internals import require
 
     class AuditedSFTTrainer(SFTTrainer):
         def __init__(self, *, model_name: str, args, **kwargs):
-            self.token_audits, self._model_name = [], model_name
-            self._generation_config = getattr(kwargs.get("model"), "generation_config", None)
-            self._assistant_only = bool(args.assistant_only_loss)
+            # posttrain's own attributes carry its prefix: TRL's subclass namespace is not ours to take
+            self.token_audits, self._posttrain_model_name = [], model_name
+            self._posttrain_generation_config = getattr(kwargs.get("model"), "generation_config", None)
+            self._posttrain_assistant_only = bool(require(args, "assistant_only_loss"))
             # TRL's own assistant-only path needs {% generation %} markers and stops at start-up on
-            # most real templates; posttrain masks chats itself in _prepare_dataset.
+            # most real templates; posttrain masks chats itself in _prepare_dataset. TRL reads the
+            # field only while the trainer is built (posttrain/internals.py: a test keeps it so).
             args.assistant_only_loss = False
             try:
                 super().__init__(args=args, **kwargs)
             finally:
-                args.assistant_only_loss = self._assistant_only
+                args.assistant_only_loss = self._posttrain_assistant_only
             if not self.token_audits and not require(self, "_skip_prepare_dataset"):
                 raise RuntimeError("TRL's SFTTrainer no longer prepares datasets through _prepare_dataset: posttrain's "
                                    "assistant masks and token audit would be skipped. Pin trl==1.16.0 (pyproject.toml).")
@@ -86,14 +92,14 @@ def audited_trainer_class():
             if "input_ids" in dataset.column_names:
                 return super()._prepare_dataset(dataset, processing_class, args, packing, formatting_func, dataset_name)
             tokenizer = require(self, "_tokenizer")
-            if self._assistant_only:
-                dataset = sft_tokens.mask_chats(dataset, tokenizer, model=self._model_name,
-                                                completion_only_loss=self.completion_only_loss)
+            if self._posttrain_assistant_only:
+                dataset = sft_tokens.mask_chats(dataset, tokenizer, model=self._posttrain_model_name,
+                                                completion_only_loss=require(self, "completion_only_loss"))
             whole = copy.copy(args)  # tokenize and label, but truncate, pack and shuffle only after the audit
             whole.max_length, whole.shuffle_dataset = None, False
             dataset = super()._prepare_dataset(dataset, processing_class, whole, False, formatting_func, dataset_name)
             dataset, audits = sft_tokens.audit(dataset, dataset_name, max_length=args.max_length, truncation_mode=args.truncation_mode,
-                                               packing=packing, eot=end_of_turn(tokenizer, self._generation_config))
+                                               packing=packing, eot=end_of_turn(tokenizer, self._posttrain_generation_config))
             self.token_audits += audits
             return super()._prepare_dataset(dataset, processing_class, args, packing, None, dataset_name)
 

@@ -122,10 +122,10 @@ def attach_tool_counts(trainer, counts: ToolCounts, toolbox) -> None:
     counts) and `_generate_and_score_completions` (the whole generation: environment resets, the tool
     loop, then the rewards, where an environment's get_reward runs; its end is where one generation's
     counts are complete). A missing method: refuse to run rather than train without the counts the
-    health flags need."""
+    health flags need; a result of another shape, likewise (`returned` checks it before reading it)."""
     import torch
 
-    from .trl_internals import require
+    from posttrain.internals import require, returned
 
     loop = require(trainer, "_tool_call_loop")
     generation = require(trainer, "_generate_and_score_completions")
@@ -133,8 +133,10 @@ def attach_tool_counts(trainer, counts: ToolCounts, toolbox) -> None:
 
     def counted_loop(*args, **kwargs):
         out = loop(*args, **kwargs)
+        result = returned(trainer, "_tool_call_loop", out, completions=list, tool_call_count=int, tool_failure_count=int)
         # TRL's call and failure counts cover what the workers reported and more: unknown tool names, bad arguments
-        stash.update({**rollout_counts(out[1]), "calls": out[4], "errors": out[5]})
+        stash.update({**rollout_counts(result["completions"]), "calls": result["tool_call_count"],
+                      "errors": result["tool_failure_count"]})
         return out
 
     def counted_generation(*args, **kwargs):

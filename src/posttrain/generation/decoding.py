@@ -174,14 +174,18 @@ def preallocated_cache(model_config, capacity: int):
     """A DynamicCache whose full-attention layers write into buffers of `capacity` positions instead
     of concatenating (which copies the whole cache at every token: 10% of a decode step on SmolLM2
     at 64 positions, growing with the length). Models with sliding-window or other special layers
-    keep transformers' own layers."""
+    keep transformers' own layers. The layers are transformers internals (posttrain/internals.py): one
+    renamed stops the run rather than leave transformers reading a cache this one does not fill."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
+    from posttrain.internals import require
+
     cache = DynamicCache(config=model_config)
-    if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers):
+    layers = require(cache, "layers")
+    if layers and all(type(layer) is DynamicLayer for layer in layers):
         layer_class = _preallocated_layer_class()
-        cache.layers = [layer_class(capacity) for _ in cache.layers]
+        cache.layers = [layer_class(capacity) for _ in layers]
     return cache
 
 
@@ -190,11 +194,18 @@ def _preallocated_layer_class():
     """The layer class subclasses transformers': defined on first use, so importing this stays cheap."""
     from transformers.cache_utils import DynamicLayer
 
+    from posttrain.internals import require
+
+    for method in ("lazy_initialization", "reorder_cache"):  # the methods overridden below, which transformers calls
+        require(DynamicLayer, method)
+
     class PreallocatedLayer(DynamicLayer):
         """A DynamicLayer that fills preallocated buffers; `keys`/`values` are views of the filled part."""
 
         def __init__(self, capacity: int):
             super().__init__()
+            for name in ("is_initialized", "keys", "values"):  # the state transformers reads back
+                require(self, name)
             self.capacity = capacity
 
         def lazy_initialization(self, key_states, value_states):

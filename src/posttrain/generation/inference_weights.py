@@ -31,7 +31,10 @@ from contextlib import contextmanager
 
 
 def _versions(*tensors) -> tuple:
-    return tuple((t.data_ptr(), t._version) for t in tensors)
+    """Each tensor's storage and in-place version counter (torch's private `_version`: posttrain/internals.py)."""
+    from posttrain.internals import require
+
+    return tuple((t.data_ptr(), require(t, "_version")) for t in tensors)
 
 
 def packed_weight(weight, rows: int, owner=None, key: tuple | None = None):
@@ -40,13 +43,15 @@ def packed_weight(weight, rows: int, owner=None, key: tuple | None = None):
     in-place update, as an optimizer step makes, bumps a version and the weight is packed again."""
     import torch
 
+    from posttrain.internals import require
+
     owner = weight if owner is None else owner
     key = _versions(weight) if key is None else key
     hit = getattr(owner, "_posttrain_packed", None)
     if hit is not None and hit[0] == key:
         return hit[1]
     owner._posttrain_packed = None  # free the old copy before the new one is made
-    packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), rows)
+    packed = require(torch.ops.mkldnn, "_reorder_linear_weight")(weight.detach(), rows)
     owner._posttrain_packed = (key, packed)
     return packed
 
@@ -64,15 +69,18 @@ def _product(weight, bias, packed=None, plain=None):
     import torch
     import torch.nn.functional as F
 
+    from posttrain.internals import require
+
     weight = weight.detach()
     plain = plain or (lambda x: F.linear(x, weight, bias))
     if packed is None:
         return plain
+    linear_pointwise = require(torch.ops.mkldnn, "_linear_pointwise")
 
     def product(x):
         if x.dtype != torch.float32 or x.device.type != "cpu":
             return plain(x)
-        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+        return linear_pointwise(x, packed, bias, "none", [], "")
 
     return product
 
@@ -83,25 +91,31 @@ def _lora_forward(module, rows: int):
     variants, LoRA bias, disabled or merged adapters, quantized bases). The merged copy is made again
     only when the base or a factor changed (every rollout of a training run: a few decode steps' worth
     of work; measured against running the two thin LoRA products beside a packed base at every token,
-    SmolLM2 with LoRA on every linear layer, 32 tokens: the merged weight was about 2x faster)."""
+    SmolLM2 with LoRA on every linear layer, 32 tokens: the merged weight was about 2x faster).
+    PEFT's attributes read here are its internals (posttrain/internals.py): one renamed stops the run
+    rather than merge a layer whose forward computes something else."""
     import torch
 
-    if module.disable_adapters or getattr(module, "merged", False) or getattr(module, "fan_in_fan_out", False):
+    from posttrain.internals import require
+
+    if module.disable_adapters or require(module, "merged") or require(module, "fan_in_fan_out"):
         return None
     base = module.get_base_layer()
     if type(base) is not torch.nn.Linear:
         return None
-    active = [a for a in module.active_adapters if a in module.lora_A]
-    if any(a in getattr(module, "lora_variant", {}) or getattr(module, "lora_bias", {}).get(a) for a in active):
+    lora_A, lora_B, scaling = (require(module, name) for name in ("lora_A", "lora_B", "scaling"))
+    active = [a for a in module.active_adapters if a in lora_A]
+    variants, biases = require(module, "lora_variant"), require(module, "lora_bias")
+    if any(a in variants or biases.get(a) for a in active):
         return None
-    factors = [w for a in active for w in (module.lora_A[a].weight, module.lora_B[a].weight)]
-    key = (*_versions(base.weight, *factors), tuple(module.scaling[a] for a in active))
+    factors = [w for a in active for w in (lora_A[a].weight, lora_B[a].weight)]
+    key = (*_versions(base.weight, *factors), tuple(scaling[a] for a in active))
     bias = None if base.bias is None else base.bias.detach()
 
     def merged():
         weight = base.weight.detach()
         for adapter in active:
-            weight = weight + module.get_delta_weight(adapter).to(weight.dtype)
+            weight = weight + require(module, "get_delta_weight")(adapter).to(weight.dtype)
         return weight
 
     if packs_on(base.weight):  # only the packed copy is kept; the plain product (never used in float32) merges anew

@@ -38,6 +38,8 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
+from posttrain.internals import require
+
 NAME = "posttrain_cpu"
 SHORT_KEYS = 384
 
@@ -135,10 +137,10 @@ def use_on_cpu(model, bf16: bool) -> str | None:
     """Switch a model loaded with sdpa to posttrain_cpu's `attention`; the start-up note, or None when
     the model keeps its attention (another implementation chosen, or one transformers cannot switch).
     `bf16`: the run trains under bf16 autocast (where short rows take eager attention)."""
-    if getattr(model.config, "_attn_implementation", None) != "sdpa":
+    if require(model.config, "_attn_implementation") != "sdpa":
         return None
     model.set_attn_implementation(NAME)
-    if model.config._attn_implementation != NAME:
+    if require(model.config, "_attn_implementation") != NAME:
         return None
     rows = "each row of a padding-free batch attends on its own (no dense mask across the batch)"
     if not bf16:

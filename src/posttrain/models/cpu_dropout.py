@@ -39,9 +39,15 @@ class CpuDropout(nn.Dropout):
 def cheaper_lora_dropout(model: nn.Module) -> str | None:
     """Swap the `nn.Dropout` before each LoRA layer of `model` for a `CpuDropout` with the same p;
     returns the start-up note, or None when there is none (no LoRA, or lora_dropout 0: PEFT's nn.Identity)."""
+    from peft.tuners.lora.layer import LoraLayer
+
+    from posttrain.internals import require
+
     swapped = 0
     for module in model.modules():
-        dropouts = getattr(module, "lora_dropout", None)
+        if not isinstance(module, LoraLayer):
+            continue
+        dropouts = require(module, "lora_dropout")
         if not isinstance(dropouts, nn.ModuleDict):
             continue
         for name, dropout in dropouts.items():

@@ -96,7 +96,9 @@ def flatten_scored_passes(trainer) -> str | None:
 
     policy = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
     models = [m for m in (policy, getattr(trainer, "ref_model", None)) if m is not None]
-    if not all(getattr(m.config, "_attn_implementation", None) == NAME for m in models):
+    from posttrain.internals import require
+
+    if not all(require(m.config, "_attn_implementation") == NAME for m in models):
         return None
     for model in models:
         flatten_scored_batches(model)
