@@ -65,3 +65,16 @@ def test_the_families_users_bring_have_sft_dpo_and_grpo_recipes():
     several = [r for _, r in shipped if getattr(r.training, "distributed", None) in ("zero2", "zero3", "fsdp")]
     assert {r.training.algorithm for r in several} >= {"sft", "dpo", "grpo"}  # multi-GPU variants, one consistent way
     assert not any("accelerate launch --config_file" in p.read_text() for p in RECIPES)
+
+
+def test_the_wheel_carries_every_recipe_template_and_example_file():
+    """pyproject.toml's data-files put recipes/ and examples/data/ in the wheel, one glob per folder and file kind:
+    a new folder or file kind must be listed there, or the wheel would ship without it (tests/e2e/test_wheel.py runs one)."""
+    import glob
+    import tomllib
+
+    listed = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    carried = {Path(f) for patterns in listed.values() for pattern in patterns for f in glob.glob(str(REPO / pattern))}
+    shipped = {p for part in ("recipes", "examples/data") for p in (REPO / part).rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert shipped - carried == set()
+    assert all(target == f"share/posttrain/{Path(patterns[0]).parent}" for target, patterns in listed.items())

@@ -48,9 +48,17 @@ class LoadedRecipe:
 
 
 def read_yaml(path: str | Path) -> dict:
+    """A recipe file's mapping; a name that is no file here but a shipped recipe's (`sft/tiny-cpu`) reads that
+    recipe, with the files it names made absolute (posttrain.shipped), so it runs from any folder."""
+    from posttrain import shipped
+
     path = Path(path)
+    shipped_recipe = shipped.find(path) if not path.exists() else None
+    if shipped_recipe is not None:
+        return shipped.rooted(read_yaml(shipped_recipe), shipped.root())
     if not path.is_file():
-        raise RecipeError(Problem("", f"recipe file {str(path)!r} does not exist" + (" (it is a directory)" if path.is_dir() else "")))
+        hint = " (it is a directory)" if path.is_dir() else "; `posttrain recipes` lists the shipped ones, which run by name"
+        raise RecipeError(Problem("", f"recipe file {str(path)!r} does not exist{hint}"))
     try:
         raw = yaml12.load(path.read_text())
     except yaml.YAMLError as e:

@@ -1,0 +1,43 @@
+"""`posttrain recipes [copy NAME [DIR]]`: the shipped recipes, listed or copied out to edit."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "recipes", help="list the shipped recipes, or copy one (with the data it names) into a folder",
+        description="Without arguments: every shipped recipe, as `posttrain train --recipe NAME` takes it, with its first "
+        "line. `copy NAME [DIR]`: the recipe and every file it names (data, templates) into DIR (default: the working "
+        "directory), at the paths it names them by, so `posttrain train --recipe recipes/NAME.yaml` runs there and edits "
+        "stay yours.",
+        epilog="examples:\n  posttrain recipes\n  posttrain train --recipe sft/tiny-cpu            # by name, from any folder\n"
+        "  posttrain recipes copy grpo/tiny-cpu mine/ && cd mine && posttrain train --recipe recipes/grpo/tiny-cpu.yaml",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("action", nargs="?", choices=["list", "copy"], default="list")
+    p.add_argument("name", nargs="?", help="copy: the recipe's name (`sft/tiny-cpu`)")
+    p.add_argument("dir", nargs="?", type=Path, default=Path("."), help="copy: where to (default: the working directory)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from posttrain import shipped
+    from posttrain.errors import UserError
+
+    if args.action == "copy":
+        if not args.name:
+            raise UserError("posttrain recipes copy NAME [DIR]: give the recipe's name, e.g. sft/tiny-cpu (`posttrain recipes` lists them)")
+        for path in shipped.copy(args.name, args.dir):
+            print(f"wrote {path}")
+        return 0
+    names = shipped.names()
+    if not names:
+        raise UserError("no shipped recipes found: this posttrain was installed without its data files (reinstall the wheel)")
+    width = max(map(len, names))
+    for name in names:
+        first = (shipped.find(name).read_text().splitlines() or [""])[0].lstrip("# ").strip()
+        print(f"{name.ljust(width)}  {first}")
+    return 0
