@@ -74,3 +74,21 @@ def test_other_calls_run_the_forward_as_it_was(tiny_dir):
         model(**{k: v[:1] for k, v in batch.items()}, fused_lm_head=True, use_cache=False)  # one row: nothing to gain
     shape = tuple(batch["input_ids"].shape)
     assert widths == [shape, shape, (1, shape[1])]
+
+
+def test_models_with_learned_positions_are_never_flattened():
+    """A left-padded row's positions start after its padding in TRL's padded pass; flattened they restart at
+    0. Rotary attention sees only differences (the same numbers); GPT-2's learned positions would not."""
+    from types import SimpleNamespace
+
+    import transformers
+
+    from posttrain.models.cpu_attention import use_on_cpu
+    from posttrain.models.flat_batches import flatten_scored_passes, rotary
+
+    gpt2 = transformers.AutoModelForCausalLM.from_config(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=4, vocab_size=64,
+                                                                                 bos_token_id=0, eos_token_id=0))
+    assert use_on_cpu(gpt2, bf16=False) is not None and not rotary(gpt2)  # it takes posttrain's attention, and is still left padded
+    forward = gpt2.forward
+    note = flatten_scored_passes(SimpleNamespace(model=gpt2, ref_model=None))
+    assert note.startswith("scored batches: padded, as TRL scores them (the model's positions are learned") and gpt2.forward == forward

@@ -87,6 +87,12 @@ def _padded(out, real):
     return out
 
 
+def rotary(model) -> bool:
+    """Whether the model's positions enter only through rotary embeddings, whose attention depends on position
+    differences alone: then a row's positions may restart at 0 in the flat row (GPT-2's learned ones may not)."""
+    return any("RotaryEmbedding" in type(m).__name__ for m in model.modules())
+
+
 def flatten_scored_passes(trainer) -> str | None:
     """GRPO/GSPO whose models attend with posttrain's CPU attention: every batch the trainer scores
     (the policy's loss pass, the reference's and the old policy's log-probs) runs flattened. The
@@ -94,12 +100,15 @@ def flatten_scored_passes(trainer) -> str | None:
     none is flattened, so the policy and its reference keep computing alike)."""
     from .cpu_attention import NAME
 
-    policy = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
-    models = [m for m in (policy, getattr(trainer, "ref_model", None)) if m is not None]
     from posttrain.internals import require
 
+    policy = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
+    models = [m for m in (policy, getattr(trainer, "ref_model", None)) if m is not None]
     if not all(require(m.config, "_attn_implementation") == NAME for m in models):
         return None
+    if not all(map(rotary, models)):
+        return ("scored batches: padded, as TRL scores them (the model's positions are learned, not rotary: a left-padded "
+                "row's positions differ from a flattened row's, so flattening would compute something else)")
     for model in models:
         flatten_scored_batches(model)
     return ("scored batches: each batch's prompt + completion rows run as one flattened row (policy, reference, old "
