@@ -112,8 +112,9 @@ def test_finished_stays_finished_starting_over_starts_over_and_ctrl_c_keeps_the_
 
     # A longer schedule continues; Ctrl-C saves a checkpoint where it is and says how to resume.
     longer = argv(out, data, "training.max_steps=10", "model.use_lora=true")
+    # as a run in a terminal has it: Ctrl-C not ignored, even when the suite itself runs under nohup (which a run keeps)
     proc = subprocess.Popen([sys.executable, "-m", "posttrain", *longer], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=os.environ.copy())
+                            text=True, env=os.environ.copy(), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 240
     while not any(r.get("step", 0) >= 3 and "loss" in r for r in records(out)):
         assert proc.poll() is None and time.time() < deadline, "the continued run ended before it could be interrupted"
