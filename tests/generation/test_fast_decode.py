@@ -52,8 +52,8 @@ def with_lora(model):
 
     from peft import LoraConfig, get_peft_model
 
+    torch.manual_seed(1)  # lora_A's init draws from the global generator: seeded, the adapter is the same whatever ran before
     peft = get_peft_model(copy.deepcopy(model), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0))
-    torch.manual_seed(1)
     for name, p in peft.named_parameters():
         if "lora_B" in name:
             p.data.normal_(0, 0.05)
