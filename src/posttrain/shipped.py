@@ -58,16 +58,18 @@ def find(name: str | Path) -> Path | None:
     return None
 
 
+SHIPPED_FOLDERS = ("recipes", "examples")  # what a shipped recipe's paths may point into; runs/ and the rest stay the user's
+
+
 def rooted(raw, base: Path):
-    """`raw` with each string that is a relative path to a file or folder under `base`, and not one here,
-    made absolute: the data, templates and images a shipped recipe names."""
+    """`raw` with each string that is a relative path into the shipped folders under `base`, and not one here,
+    made absolute: the data, templates and images a shipped recipe names (never its output_dir)."""
     if isinstance(raw, dict):
         return {k: rooted(v, base) for k, v in raw.items()}
     if isinstance(raw, list):
         return [rooted(v, base) for v in raw]
-    if isinstance(raw, str) and raw and not raw.startswith(("/", "~")) and "://" not in raw and ":" not in raw.split("/")[0]:
-        if not Path(raw).exists() and (base / raw).exists():
-            return str(base / raw)
+    if isinstance(raw, str) and raw.split("/")[0] in SHIPPED_FOLDERS and not Path(raw).exists() and (base / raw).exists():
+        return str(base / raw)
     return raw
 
 
@@ -77,7 +79,7 @@ def files_named(raw, base: Path) -> list[str]:
         return [f for v in raw.values() for f in files_named(v, base)]
     if isinstance(raw, list):
         return [f for v in raw for f in files_named(v, base)]
-    if isinstance(raw, str) and raw and not raw.startswith(("/", "~")) and "://" not in raw and (base / raw).is_file():
+    if isinstance(raw, str) and raw.split("/")[0] in SHIPPED_FOLDERS and (base / raw).is_file():
         return [raw]
     return []
 

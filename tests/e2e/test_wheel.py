@@ -81,3 +81,16 @@ def test_the_quick_start_runs_from_an_empty_folder_with_the_wheel_alone(installe
     checked = posttrain(installed, home / "mine", "validate", "recipes/grpo/tiny-cpu.yaml")
     assert checked.returncode == 0, checked.stderr[-2000:]
     assert "name: examples/data/problems.jsonl" in checked.stdout  # the copy reads its own data, by its own relative path
+
+
+def test_a_shipped_recipe_by_name_reads_shipped_data_and_writes_where_the_user_is(tmp_path, monkeypatch):
+    """From a checkout too: the data it names come from recipes/ and examples/, but a runs/ folder that happens to exist
+    in the checkout is not where the user's run goes."""
+    from posttrain import shipped
+    from posttrain.recipe.problems import read_yaml
+
+    monkeypatch.chdir(tmp_path)
+    raw = read_yaml("dpo/tiny-cpu")
+    assert raw["data"]["datasets"][0]["name"] == str(shipped.root() / "examples" / "data" / "preferences.jsonl")
+    assert raw["training"]["output_dir"] == "runs/dpo-tiny"  # relative to the working directory, whatever the checkout holds
+    assert shipped.rooted({"a": "runs/x", "b": "recipes/sft/tiny-cpu.yaml"}, REPO) == {"a": "runs/x", "b": str(REPO / "recipes/sft/tiny-cpu.yaml")}
