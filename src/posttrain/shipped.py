@@ -61,27 +61,30 @@ def find(name: str | Path) -> Path | None:
 SHIPPED_FOLDERS = ("recipes", "examples")  # what a shipped recipe's paths may point into; runs/ and the rest stay the user's
 
 
+def strings(raw):
+    """Every string in a recipe's mapping, however deep."""
+    if isinstance(raw, dict):
+        raw = list(raw.values())
+    if isinstance(raw, list):
+        return [s for v in raw for s in strings(v)]
+    return [raw] if isinstance(raw, str) else []
+
+
+def shipped_path(text: str, base: Path) -> bool:
+    """A relative path into the shipped folders under `base` (the data, templates and images a recipe names;
+    never its output_dir or a model an earlier stage writes)."""
+    return text.split("/")[0] in SHIPPED_FOLDERS and (base / text).exists()
+
+
 def rooted(raw, base: Path):
-    """`raw` with each string that is a relative path into the shipped folders under `base`, and not one here,
-    made absolute: the data, templates and images a shipped recipe names (never its output_dir)."""
+    """`raw` with each shipped path that is not also one here made absolute."""
     if isinstance(raw, dict):
         return {k: rooted(v, base) for k, v in raw.items()}
     if isinstance(raw, list):
         return [rooted(v, base) for v in raw]
-    if isinstance(raw, str) and raw.split("/")[0] in SHIPPED_FOLDERS and not Path(raw).exists() and (base / raw).exists():
+    if isinstance(raw, str) and shipped_path(raw, base) and not Path(raw).exists():
         return str(base / raw)
     return raw
-
-
-def files_named(raw, base: Path) -> list[str]:
-    """The relative paths under `base` that `raw` names (what `copy` takes along)."""
-    if isinstance(raw, dict):
-        return [f for v in raw.values() for f in files_named(v, base)]
-    if isinstance(raw, list):
-        return [f for v in raw for f in files_named(v, base)]
-    if isinstance(raw, str) and raw.split("/")[0] in SHIPPED_FOLDERS and (base / raw).is_file():
-        return [raw]
-    return []
 
 
 def copy(name: str, dest: Path) -> list[Path]:
@@ -93,7 +96,8 @@ def copy(name: str, dest: Path) -> list[Path]:
     if source is None:
         raise UserError(f"no shipped recipe {name!r}; `posttrain recipes` lists them")
     base = root()
-    wanted = [str(source.relative_to(base))] + sorted(set(files_named(yaml.safe_load(source.read_text()), base)))
+    named = {t for t in strings(yaml.safe_load(source.read_text())) if shipped_path(t, base) and (base / t).is_file()}
+    wanted = [str(source.relative_to(base))] + sorted(named)
     for rel in wanted:
         if (dest / rel).exists():
             raise UserError(f"{dest / rel} exists already; copy into another folder, or remove it first")
