@@ -2,8 +2,6 @@
 tokens' work, and the losses it refuses to split. That a split trains the same run is
 tests/e2e/test_padding_note.py."""
 
-import pytest
-
 from posttrain.algorithms.micro_batching import choose, slots_by_micro_batch
 
 

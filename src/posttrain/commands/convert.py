@@ -10,8 +10,6 @@ The written recipe is checked like `posttrain validate --schema-only` before it 
 
 from __future__ import annotations
 
-import argparse
-
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
