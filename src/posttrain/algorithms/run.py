@@ -180,14 +180,17 @@ def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
     for note in configure_tracking(recipe.tracking, Path(trl_config.output_dir)):
         log(note)
     loaded = _load_model(recipe, device, trl_config, seed)
-    from posttrain.data.chat_data import require_chat_template
+    from posttrain.data.chat_data import settle_chat_template
 
     from .step_lines import use_step_lines
 
     from .tool_use import prepare_tools
 
     toolbox = prepare_tools(recipe, loaded, log)  # chat_template_path, tools in workers, the template check
-    require_chat_template(ALGORITHMS[training.algorithm].family, recipe.model.base_model_name, loaded.tokenizer, train_dataset)
+    template_note = settle_chat_template(ALGORITHMS[training.algorithm].family, recipe.model.base_model_name, loaded.tokenizer, train_dataset)
+    if template_note:
+        log(template_note)
+        loaded.notes.append(template_note)
     schemas = toolbox.schemas() if toolbox is not None else None
     train_dataset, eval_dataset = fit_prompts(recipe, loaded.tokenizer, [train_dataset, eval_dataset], schemas, drops)
     prompt_audits = audit_prompts(train_dataset, eval_dataset, loaded.tokenizer, trl_config, schemas) if data_format == "prompt" and not recipe.uses_images else []
