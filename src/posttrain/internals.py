@@ -182,6 +182,11 @@ INTERNALS = [
     Internal("transformers.configuration_utils", "PreTrainedConfig", "_attn_implementation",
              "posttrain's CPU attention and flattened scoring (models/cpu_attention.py, models/flat_batches.py)",
              ("cpu_attention",)),
+    Internal("transformers.models.gemma2.modeling_gemma2", "", "eager_attention_forward",
+             "soft-capped attention (Gemma 2) in posttrain's CPU attention, which sdpa cannot compute; without it the "
+             "soft-capped layers would be refused (models/cpu_attention.py short_eager_else_sdpa; each family's modeling "
+             "module has its own, looked up on the attention layer's module)", ("cpu_attention",),
+             "eager_attention_forward", "transformers.models.gemma2.modeling_gemma2:Gemma2Attention"),
     Internal("transformers.configuration_utils", "PreTrainedConfig", "_name_or_path",
              "a reward model named after its recipe entry in TRL's logs (rewards/<name>/mean: algorithms/reward.py "
              "load_reward_model)", ("grpo", "rloo"), 'getattr(config, "_name_or_path"', "trl.trainer.utils:get_config_model_id",

@@ -97,11 +97,11 @@ def test_every_private_name_posttrain_reaches_is_listed():
     """A name posttrain reaches through require/returned, or replaces on a trainer, must be in the table."""
     listed = {i.name for i in INTERNALS}
     used = set()
-    for path in [*(SRC / "algorithms").glob("*.py"), *(SRC / "generation").glob("*.py")]:
+    for path in [*(SRC / "algorithms").glob("*.py"), *(SRC / "generation").glob("*.py"), *(SRC / "models").glob("*.py")]:
         text = path.read_text()
         used |= set(re.findall(r"(?:require|returned)\([\w.]+, \"(\w+)\"", text))
         used |= set(re.findall(r"trainer\.(_\w+) = ", text))  # a replaced method
-    assert {"_original_forward", "_reorder_linear_weight", "lora_variant", "layers", "_tool_call_loop"} <= used
+    assert {"_original_forward", "_reorder_linear_weight", "lora_variant", "layers", "_tool_call_loop", "eager_attention_forward"} <= used
     assert used <= listed, f"not in posttrain/internals.py: {sorted(used - listed)}"
 
 
@@ -181,3 +181,24 @@ def test_without_autocast_refuses_a_wrapped_model_without_its_float32_forward():
     with without_autocast(model, wrapped=True):
         assert model.forward is float32_forward
     assert model.forward == autocast_forward
+
+
+def test_soft_capped_attention_without_eager_is_refused_not_computed_without_its_cap(monkeypatch):
+    """sdpa has no soft-capping: posttrain's CPU attention takes the family's eager attention for Gemma 2's
+    layers, and refuses (exit 2, naming it) rather than falling back to sdpa if transformers drops it."""
+    import torch
+    from transformers.models.gemma2 import modeling_gemma2
+    from transformers.models.gemma2.configuration_gemma2 import Gemma2Config
+
+    from posttrain.models.cpu_attention import short_eager_else_sdpa
+
+    config = Gemma2Config(hidden_size=16, num_attention_heads=2, num_key_value_heads=1, head_dim=8, num_hidden_layers=1)
+    layer = modeling_gemma2.Gemma2Attention(config, layer_idx=0)
+    q = k = v = torch.randn(1, 2, 4, 8)
+    capped, _ = short_eager_else_sdpa(layer, q, k[:, :1], v[:, :1], None, softcap=5.0, scaling=0.35, dropout=0.0)
+    reference, _ = modeling_gemma2.eager_attention_forward(layer, q, k[:, :1], v[:, :1], torch.triu(torch.full((4, 4), torch.finfo(q.dtype).min), 1),
+                                                           softcap=5.0, scaling=0.35, dropout=0.0)
+    assert torch.allclose(capped, reference, atol=1e-6)
+    monkeypatch.delattr(modeling_gemma2, "eager_attention_forward")
+    with pytest.raises(UserError, match=r"has no transformers\.models\.gemma2\.modeling_gemma2\.eager_attention_forward, which posttrain uses for soft-capped attention"):
+        short_eager_else_sdpa(layer, q, k[:, :1], v[:, :1], None, softcap=5.0, scaling=0.35, dropout=0.0)

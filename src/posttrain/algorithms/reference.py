@@ -34,9 +34,13 @@ def frozen_copy(model):
     return reference
 
 
-def is_partitioned(model) -> bool:
-    """True when DeepSpeed ZeRO-3 has split the weights across processes (they cannot be copied)."""
-    return any(hasattr(p, "ds_id") for p in model.parameters())
+def is_partitioned() -> bool:
+    """True under DeepSpeed ZeRO-3, which split the weights across processes as they loaded (they cannot
+    be copied). transformers' public test, true while the run's TrainingArguments hold a ZeRO-3 config,
+    rather than DeepSpeed's private per-parameter `ds_id`."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    return is_deepspeed_zero3_enabled()
 
 
 @contextlib.contextmanager
@@ -55,7 +59,7 @@ def reference_is_the_policy(trainer_module, policy, model_cfg):
 
     def reference(model_id, *args, **kwargs):
         asked.append(model_id)
-        if is_partitioned(policy):
+        if is_partitioned():
             if model_cfg.revision:
                 kwargs["revision"] = model_cfg.revision
             kwargs["trust_remote_code"] = model_cfg.trust_remote_code

@@ -98,9 +98,12 @@ FLAT_KEYS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "
 
 
 def short_eager_else_sdpa(module, query, key, value, attention_mask, **kwargs):
-    eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    from posttrain.internals import require
+
+    needs_eager = kwargs.get("softcap") is not None  # sdpa has no soft-capping (Gemma 2): eager or a refusal
+    modeling = sys.modules[type(module).__module__]  # the layer's family's modeling module
+    eager = require(modeling, "eager_attention_forward", missing_ok=not needs_eager)
     short = query.shape[2] == key.shape[2] <= SHORT_KEYS
-    needs_eager = kwargs.get("softcap") is not None  # sdpa has no soft-capping (Gemma 2)
     if eager is None or not (needs_eager or short and _low_precision(query)):
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     causal = kwargs.get("is_causal")
