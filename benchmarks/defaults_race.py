@@ -5,7 +5,8 @@
     python benchmarks/defaults_race.py --toy --repeats 1 --algorithm sft  # under a minute: the test in tests/benchmarks/
     python benchmarks/defaults_race.py --real                           # SmolLM2-135M-Instruct with LoRA: results/defaults_race_real.json
     python benchmarks/defaults_race.py --real --lora-probe              # and posttrain again with TRL's LoRA targets (q_proj, v_proj)
-    python benchmarks/defaults_race.py --real --padded --without trl   # and posttrain with padded batches (the CPU micro-batch rule off)
+    python benchmarks/defaults_race.py --real --padded --without trl   # and posttrain with padded batches (SFT's padding-free batches
+                                                                        # and the CPU micro-batch rule off)
     python benchmarks/defaults_race.py --real --dropout-probe           # and posttrain with model.lora_dropout: 0
     python benchmarks/defaults_race.py --real --without-cpu-passes      # and posttrain with nn.Dropout and sdpa (without_cpu_passes/)
     python benchmarks/defaults_race.py --real --trl-head                # and posttrain with TRL's LM-head tiles (with_trl_head/)
@@ -83,8 +84,10 @@ PROBE, PADDED, NODROP, PLAIN, TILES = "posttrain_qv", "posttrain_padded", "postt
 SITES = {PLAIN: "without_cpu_passes", TILES: "with_trl_head"}  # their sitecustomize switches a posttrain CPU path off
 VARIANTS = {PROBE: ("model", "lora_target_modules: [q_proj, v_proj]"), PADDED: ("training", "micro_batching: false"),
             NODROP: ("model", "lora_dropout: 0.0")}
+# SFT on a CPU is padding-free (its own speed path) and splits padded batches only without it: padded SFT turns both off
+SFT_PADDED = ("training", "padding_free: false\n  micro_batching: false")
 LABELS = {"posttrain": "posttrain", "trl": "TRL defaults", "fairl": "FAI-RL 0.2.x defaults", PROBE: "posttrain, LoRA on q_proj, v_proj",
-          PADDED: "posttrain, batches padded (micro_batching: false)", NODROP: "posttrain, LoRA dropout 0",
+          PADDED: "posttrain, batches padded (SFT padding_free: false; micro_batching: false)", NODROP: "posttrain, LoRA dropout 0",
           PLAIN: "posttrain without its CPU passes (nn.Dropout, sdpa)", TILES: "posttrain with TRL's LM-head tiles (no CPU blocks)"}
 SHORT = {"posttrain": "posttrain", "trl": "TRL", "fairl": "FAI-RL", PROBE: "posttrain (q, v)", PADDED: "posttrain padded",
          NODROP: "posttrain (no dropout)", PLAIN: "posttrain (plain passes)", TILES: "posttrain (TRL head)"}
@@ -140,7 +143,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 # ------------------------------------------------------------------------------------- running
 def posttrain_recipe(algorithm: str, model_dir: Path, data: Path, out: Path, lora: bool = False, variant: str | None = None) -> str:
-    section, line = VARIANTS.get(variant, (None, None))
+    section, line = SFT_PADDED if (variant, algorithm) == (PADDED, "sft") else VARIANTS.get(variant, (None, None))
     lines = ["model:", f"  base_model_name: {model_dir}", *(["  use_lora: true"] if lora else []),
              *([f"  {line}"] if section == "model" else []), "data:", "  datasets:", f"    - name: {data}",
              "training:", f"  algorithm: {algorithm}", f"  output_dir: {out}",
@@ -409,7 +412,7 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
         for c in finished:  # first checkpoint at or below the common loss
             c["wall_to_common_eval_loss_s"] = next((p["seconds"] for p in c["eval_curve"] if p["eval_loss"] <= target + 1e-9), None)
     pairs = [("posttrain", "trl"), ("posttrain", "fairl"), (PROBE, "trl"), (PROBE, "posttrain"), (NODROP, "trl"), (NODROP, "posttrain"),
-             ("posttrain", PADDED), (PADDED, "fairl")]
+             ("posttrain", PADDED), (PADDED, "fairl"), ("posttrain", PLAIN), ("posttrain", TILES)]
     for mine, peer in [(a, b) for a, b in pairs if a in names and b in names]:
         result[f"{mine}_vs_{peer}"] = ratios(algorithm, result["contestants"][mine], result["contestants"][peer], args.timeout)
     pt = result["contestants"]["posttrain"]
@@ -535,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900, help="seconds one contestant's run may take; past it the run is stopped, shown as > LIMIT, its ratios as lower bounds, and the race goes on")
     parser.add_argument("--lora-probe", action="store_true", help="with --real: a fourth contestant, posttrain adapting only q_proj and v_proj (TRL's LoRA targets), to separate the LoRA default's cost")
     parser.add_argument("--dropout-probe", action="store_true", help="with --real: posttrain again with model.lora_dropout: 0 (the default is 0.05, as TRL's), to measure what LoRA dropout costs")
-    parser.add_argument("--padded", action="store_true", help="SFT and DPO: posttrain again with padded batches (training.micro_batching: false), to measure the CPU micro-batch rule")
+    parser.add_argument("--padded", action="store_true", help="SFT and DPO: posttrain again with padded batches (training.micro_batching: false; SFT also padding_free: false), to measure padding-free SFT and the CPU micro-batch rule")
     parser.add_argument("--without-cpu-passes", action="store_true", help="posttrain again with PEFT's nn.Dropout and sdpa attention (without models/cpu_dropout.py and cpu_attention.py), to measure them")
     parser.add_argument("--trl-head", action="store_true", help="posttrain again with TRL's fused LM-head tiles on the CPU (without models/cpu_lm_head.py), to measure the blocks")
     parser.add_argument("--without", nargs="+", default=[], choices=CONTESTANTS[1:], help="leave out peers (e.g. trl on an AVX2 CPU, where its bf16 default does not finish)")
