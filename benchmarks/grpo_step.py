@@ -24,6 +24,8 @@ Contestants (--contestants picks some):
             changes the algorithm (off-policy steps), so it is a measured option, not a default.
 - transformers: after, with rollouts by TRL's own model.generate (training.rollout_engine=transformers)
             instead of posttrain's decoding loop.
+- unmerged: after, with rollouts through the model's own linear layers (generation/inference_weights.py
+            off: LoRA not merged, weights not pre-packed).
 - unflattened: after, with scored batches padded as TRL pads them (models/flat_batches.py off).
 - plain:    after, with sdpa attention and PEFT's nn.Dropout (models/cpu_attention.py and
             cpu_dropout.py off; flattening needs posttrain's attention, so it is off too).
@@ -58,12 +60,13 @@ CONTESTANTS = {
     "beta0": ["training.beta=0.0"],
     "gen4": ["training.steps_per_generation=4"],
     "transformers": ["training.rollout_engine=transformers"],
+    "unmerged": [],
     "unflattened": [],
     "plain": [],
     "trl_head": [],
 }
 # contestants that run posttrain with a speed path taken out at start-up (a sitecustomize on PYTHONPATH)
-WITHOUT = {"unflattened": HERE / "without_flat_scoring", "plain": HERE / "without_cpu_passes", "trl_head": HERE / "with_trl_head"}
+WITHOUT = {"unmerged": HERE / "without_inference_weights", "unflattened": HERE / "without_flat_scoring", "plain": HERE / "without_cpu_passes", "trl_head": HERE / "with_trl_head"}
 
 
 def model_overrides(size: str) -> list[str]:
