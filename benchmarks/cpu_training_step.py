@@ -7,8 +7,9 @@ A forward + backward pass of a LoRA model (r 16, alpha 32, dropout 0.05, all lin
 activation checkpointing: posttrain's defaults) on padded batches of random tokens, under the
 autocast posttrain trains with on this CPU (bf16 with avx512_bf16/amx_bf16, else none), with each
 combination swapped into the same model and timed in turn (rounds interleaved, median):
-nn.Dropout, posttrain's CpuDropout or no dropout, and sdpa, eager or posttrain's
-short_eager_else_sdpa (eager up to 384 tokens). Then one attention layer alone (SmolLM2's 9 query
+nn.Dropout or no dropout, and sdpa, eager or posttrain's short_eager_else_sdpa (eager up to 384
+tokens). (A cheaper dropout mask, CpuDropout, was measured here until 2026-12-06: 1.10-1.18x a step,
+but 1.02-1.05x end to end, so it was removed: results/speed_paths_dropout_avx512.txt.) Then one attention layer alone (SmolLM2's 9 query
 and 3 key-value heads) in the model's eager form and sdpa, forward + backward and forward only, per
 length. Then one SFT batch of 8 rows of the SmolLM2 race's lengths (79-202 tokens) as the batching
 choices run it: 8 one-row passes (the micro-batch rule's split), padded, flattened with sdpa's dense
@@ -32,10 +33,9 @@ import torch
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cpu_training_step.json"
 VARIANTS = {  # name: (dropout, attention)
-    "nn.Dropout + sdpa (before)": ("torch", "sdpa"),
-    "CpuDropout + sdpa": ("cpu", "sdpa"),
-    "CpuDropout + posttrain_cpu (now)": ("cpu", "posttrain_cpu"),
-    "CpuDropout + eager": ("cpu", "eager"),
+    "nn.Dropout + sdpa (plain)": ("torch", "sdpa"),
+    "nn.Dropout + eager": ("torch", "eager"),
+    "nn.Dropout + posttrain_cpu (now)": ("torch", "posttrain_cpu"),
     "no dropout + posttrain_cpu": ("none", "posttrain_cpu"),
 }
 
@@ -60,11 +60,10 @@ def load(spec: str):
 
 def set_variant(model, dropout: str, attention: str) -> None:
     import posttrain.models.cpu_attention  # noqa: F401  (registers posttrain_cpu)
-    from posttrain.models.cpu_dropout import CpuDropout
 
     for module in model.modules():
         if hasattr(module, "lora_dropout"):
-            module.lora_dropout["default"] = {"torch": torch.nn.Dropout(0.05), "cpu": CpuDropout(0.05), "none": torch.nn.Identity()}[dropout]
+            module.lora_dropout["default"] = {"torch": torch.nn.Dropout(0.05), "none": torch.nn.Identity()}[dropout]
     model.base_model.model.set_attn_implementation(attention)
     model.train()
 
@@ -97,8 +96,8 @@ BATCHINGS = {  # name: (how the batch is fed, attention, frozen weights in bf16)
 
 
 def batchings(model, rounds: int, autocast: bool) -> dict[str, float]:
-    """Median seconds of one forward + backward over BATCH_ROWS per batching (posttrain's CPU dropout throughout)."""
-    set_variant(model, "cpu", "posttrain_cpu")
+    """Median seconds of one forward + backward over BATCH_ROWS per batching (nn.Dropout throughout)."""
+    set_variant(model, "torch", "posttrain_cpu")
     generator = torch.Generator().manual_seed(0)
     rows = [torch.randint(model.config.vocab_size, (n,), generator=generator) for n in BATCH_ROWS]
     longest = max(BATCH_ROWS)
@@ -208,11 +207,11 @@ def main() -> None:
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(info, indent=1) + "\n")
     print(f"{args.model}, LoRA r 16 all-linear, {'bf16 autocast' if autocast else 'float32'}, {info['threads']} threads, {info['date']}")
-    print("\n| batch | " + " | ".join(VARIANTS) + " | now vs before |")
+    print("\n| batch | " + " | ".join(VARIANTS) + " | now vs plain |")
     print("|---" * (len(VARIANTS) + 2) + "|")
     for row in steps:
         cells = " | ".join(f"{row[name]:.3f} s" for name in VARIANTS)
-        print(f"| {row['shape']} | {cells} | {row['nn.Dropout + sdpa (before)'] / row['CpuDropout + posttrain_cpu (now)']:.2f}x |")
+        print(f"| {row['shape']} | {cells} | {row['nn.Dropout + sdpa (plain)'] / row['nn.Dropout + posttrain_cpu (now)']:.2f}x |")
     if layer:
         print("\none attention layer, bf16 (ms): | rows x keys | eager fwd+bwd | sdpa fwd+bwd | eager fwd | sdpa fwd |")
         for r in layer:

@@ -8,8 +8,7 @@
     python benchmarks/defaults_race.py --real --padded --without trl   # and posttrain with padded batches (SFT's padding-free batches
                                                                         # and the CPU micro-batch rule off)
     python benchmarks/defaults_race.py --real --dropout-probe           # and posttrain with model.lora_dropout: 0
-    python benchmarks/defaults_race.py --real --without-cpu-passes      # and posttrain with nn.Dropout and sdpa (without_cpu_passes/)
-    python benchmarks/defaults_race.py --real --without-cpu-dropout     # and posttrain with nn.Dropout only (without_cpu_dropout/)
+    python benchmarks/defaults_race.py --real --without-cpu-passes      # and posttrain with sdpa attention (without_cpu_passes/)
     python benchmarks/defaults_race.py --real --algorithm grpo --without-flat-scoring  # and GRPO scoring padded batches (without_flat_scoring/)
     python benchmarks/defaults_race.py --real --trl-head                # and posttrain with TRL's LM-head tiles (with_trl_head/)
 
@@ -83,18 +82,18 @@ CONTESTANTS = ("posttrain", "trl", "fairl")
 # posttrain again with one setting changed, to tell what that default costs or gains:
 # --lora-probe adapts only TRL's LoRA targets; --padded keeps padded batches (no CPU micro-batch split)
 PROBE, PADDED, NODROP, PLAIN, TILES = "posttrain_qv", "posttrain_padded", "posttrain_nodrop", "posttrain_plain", "posttrain_tiles"
-NNDROP, UNFLAT = "posttrain_nndrop", "posttrain_unflat"
-SITES = {PLAIN: "without_cpu_passes", TILES: "with_trl_head", NNDROP: "without_cpu_dropout", UNFLAT: "without_flat_scoring"}  # their sitecustomize switches a posttrain CPU path off
+UNFLAT = "posttrain_unflat"
+SITES = {PLAIN: "without_cpu_passes", TILES: "with_trl_head", UNFLAT: "without_flat_scoring"}  # their sitecustomize switches a posttrain CPU path off
 VARIANTS = {PROBE: ("model", "lora_target_modules: [q_proj, v_proj]"), PADDED: ("training", "micro_batching: false"),
             NODROP: ("model", "lora_dropout: 0.0")}
 # SFT on a CPU is padding-free (its own speed path) and splits padded batches only without it: padded SFT turns both off
 SFT_PADDED = ("training", "padding_free: false\n  micro_batching: false")
 LABELS = {"posttrain": "posttrain", "trl": "TRL defaults", "fairl": "FAI-RL 0.2.x defaults", PROBE: "posttrain, LoRA on q_proj, v_proj",
           PADDED: "posttrain, batches padded (SFT padding_free: false; micro_batching: false)", NODROP: "posttrain, LoRA dropout 0",
-          PLAIN: "posttrain without its CPU passes (nn.Dropout, sdpa)", NNDROP: "posttrain with PEFT's nn.Dropout (no CPU masks)",
+          PLAIN: "posttrain without its CPU attention (sdpa)",
           UNFLAT: "posttrain, GRPO scoring padded batches (no flattening)", TILES: "posttrain with TRL's LM-head tiles (no CPU blocks)"}
 SHORT = {"posttrain": "posttrain", "trl": "TRL", "fairl": "FAI-RL", PROBE: "posttrain (q, v)", PADDED: "posttrain padded",
-         NODROP: "posttrain (no dropout)", PLAIN: "posttrain (plain passes)", NNDROP: "posttrain (nn.Dropout)", UNFLAT: "posttrain (padded scoring)", TILES: "posttrain (TRL head)"}
+         NODROP: "posttrain (no dropout)", PLAIN: "posttrain (plain passes)", UNFLAT: "posttrain (padded scoring)", TILES: "posttrain (TRL head)"}
 ALGORITHMS = ("sft", "dpo", "grpo")
 
 # (model, training rows per algorithm, eval rows, most problems per chat). The full sizes are the
@@ -360,7 +359,7 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
     eval_rows = make_rows(algorithm, size["eval_rows"], 1, size["max_k"], held_out=True)
     names = tuple(c for c in CONTESTANTS if c not in args.without) + ((PROBE,) if args.lora_probe else ()) \
         + ((NODROP,) if args.dropout_probe else ()) + ((PADDED,) if args.padded and algorithm != "grpo" else ()) \
-        + ((PLAIN,) if args.without_cpu_passes else ()) + ((NNDROP,) if args.without_cpu_dropout else ()) + ((TILES,) if args.trl_head else ()) \
+        + ((PLAIN,) if args.without_cpu_passes else ()) + ((TILES,) if args.trl_head else ()) \
         + ((UNFLAT,) if args.without_flat_scoring and algorithm == "grpo" else ())
     runs: dict[str, list[dict]] = {c: [] for c in names}
     curves: dict[str, list] = {}
@@ -417,7 +416,7 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
         for c in finished:  # first checkpoint at or below the common loss
             c["wall_to_common_eval_loss_s"] = next((p["seconds"] for p in c["eval_curve"] if p["eval_loss"] <= target + 1e-9), None)
     pairs = [("posttrain", "trl"), ("posttrain", "fairl"), (PROBE, "trl"), (PROBE, "posttrain"), (NODROP, "trl"), (NODROP, "posttrain"),
-             ("posttrain", PADDED), (PADDED, "fairl"), ("posttrain", PLAIN), ("posttrain", NNDROP), (NNDROP, PLAIN), ("posttrain", TILES),
+             ("posttrain", PADDED), (PADDED, "fairl"), ("posttrain", PLAIN), ("posttrain", TILES),
              ("posttrain", UNFLAT)]
     for mine, peer in [(a, b) for a, b in pairs if a in names and b in names]:
         result[f"{mine}_vs_{peer}"] = ratios(algorithm, result["contestants"][mine], result["contestants"][peer], args.timeout)
@@ -545,8 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lora-probe", action="store_true", help="with --real: a fourth contestant, posttrain adapting only q_proj and v_proj (TRL's LoRA targets), to separate the LoRA default's cost")
     parser.add_argument("--dropout-probe", action="store_true", help="with --real: posttrain again with model.lora_dropout: 0 (the default is 0.05, as TRL's), to measure what LoRA dropout costs")
     parser.add_argument("--padded", action="store_true", help="SFT and DPO: posttrain again with padded batches (training.micro_batching: false; SFT also padding_free: false), to measure padding-free SFT and the CPU micro-batch rule")
-    parser.add_argument("--without-cpu-passes", action="store_true", help="posttrain again with PEFT's nn.Dropout and sdpa attention (without models/cpu_dropout.py and cpu_attention.py), to measure them")
-    parser.add_argument("--without-cpu-dropout", action="store_true", help="posttrain again with PEFT's nn.Dropout only (without models/cpu_dropout.py; posttrain's attention kept), to tell the dropout masks' gain from the attention's")
+    parser.add_argument("--without-cpu-passes", action="store_true", help="posttrain again with transformers' sdpa attention (without models/cpu_attention.py), to measure it")
     parser.add_argument("--without-flat-scoring", action="store_true", help="GRPO: posttrain again scoring padded batches as TRL does (without models/flat_batches.py), to measure the flattening")
     parser.add_argument("--trl-head", action="store_true", help="posttrain again with TRL's fused LM-head tiles on the CPU (without models/cpu_lm_head.py), to measure the blocks")
     parser.add_argument("--without", nargs="+", default=[], choices=CONTESTANTS[1:], help="leave out peers (e.g. trl on an AVX2 CPU, where its bf16 default does not finish)")

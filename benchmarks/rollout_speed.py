@@ -10,7 +10,9 @@ Two settings per model, on the same chat prompts (recipes/demo-real's word probl
   a LoRA adapter (r 16 on every linear layer, dropout 0.05, B non-zero as after training). Contestants:
   `generate` as TRL 1.16 calls it (model in training mode, so LoRA dropout is live while sampling),
   `generate` in eval mode, and posttrain's loop, which pays for merging and packing the adapter again
-  on every call (the adapter's version is bumped first, as an optimizer step does). posttrain draws
+  on every call (the adapter's version is bumped first, as an optimizer step does). Two more tell
+  the loop's gain from its weights' (generation/inference_weights.py: LoRA merged, CPU weights
+  pre-packed): `generate` inside posttrain's inference weights, and posttrain's loop without them. posttrain draws
   differently from `generate` (one uniform per row: the same distribution, other samples), so the
   check that both sample the same policy runs at top_k=1: the same tokens (checked, printed).
 - **evaluation**: the adapter merged (as `posttrain eval` loads it), greedy, 16 rows, both must
@@ -149,6 +151,7 @@ def bench_model(spec: str, args, limits: dict) -> tuple[list[dict], dict]:
     from transformers import GenerationConfig
 
     from posttrain.generation.decoding import decode
+    from posttrain.generation.inference_weights import inference_linears
     from posttrain.generation.local import load_for_generation
 
     model, tokenizer, _, _, _ = load_for_generation(spec, args.device, args.dtype)
@@ -170,17 +173,29 @@ def bench_model(spec: str, args, limits: dict) -> tuple[list[dict], dict]:
                 return m.generate(input_ids=i, attention_mask=a, generation_config=c)
         return fn
 
-    def ours(m, trained_between: bool = False):
+    def trained(m):  # as after an optimizer step: the adapter changed, so merged and packed copies are remade
+        with torch.no_grad():
+            for name, p in m.named_parameters():
+                if "lora_" in name:
+                    p.add_(0.0)
+
+    def ours(m, trained_between: bool = False, weights: bool = True):
         def fn(i, a, c):
-            if trained_between:  # as after an optimizer step: the adapter changed, so merged and packed copies are remade
-                with torch.no_grad():
-                    for name, p in m.named_parameters():
-                        if "lora_" in name:
-                            p.add_(0.0)
-            return decode(m.eval(), i, a, c)
+            if trained_between:
+                trained(m)
+            return decode(m.eval(), i, a, c, weights=weights)
+        return fn
+
+    def hf_with_weights(m):  # posttrain's inference weights without its loop: what the loop alone adds
+        def fn(i, a, c):
+            trained(m)
+            with inference_linears(m.eval(), rows=i.shape[0]), torch.no_grad():
+                return m.generate(input_ids=i, attention_mask=a, generation_config=c)
         return fn
 
     rollout_contestants = {"generate, as TRL calls it (train mode)": hf(policy, True), "generate, eval mode": hf(policy, False),
+                           "generate with posttrain's inference weights": hf_with_weights(policy),
+                           "posttrain's loop without its inference weights": ours(policy, weights=False),
                            "posttrain": ours(policy, trained_between=True)}
     if args.device != "cpu" and _has("vllm"):
         rollout_contestants["vLLM (merged weights)"] = vllm_contestant(merged, tokenizer, ids, mask)

@@ -41,7 +41,7 @@ class Internal:
     purpose: str  # what posttrain loses without it, and where it uses it
     # the algorithm families (recipe/algorithms.py) whose runs need it (`check` looks there), or features any run
     # can use: "decoding" (posttrain's decoding loop: rollouts, held-out scoring, `posttrain generate/eval`),
-    # "held_out", "cpu_attention", "cpu_lora_dropout", "cpu_lm_head", "forced_resume"
+    # "held_out", "cpu_attention", "cpu_lm_head", "forced_resume"
     families: tuple[str, ...]
     called_as: str = ""  # text that must appear in `caller`'s source: the library still uses it (tests only)
     caller: str = ""  # 'module:Class' whose source holds `called_as` (default: the owner)
@@ -174,11 +174,8 @@ INTERNALS = [
              "remaking a packed or merged weight after an in-place update (generation/inference_weights.py _versions)",
              ("decoding",)),
 
-    # Still read directly, not through require (models/cpu_dropout.py, models/cpu_attention.py, models/flat_batches.py,
+    # Still read directly, not through require (models/cpu_attention.py, models/flat_batches.py,
     # algorithms/reward.py, algorithms/callbacks.py: to be routed); the tests check them all the same.
-    Internal(_LORA, "LoraLayer", "lora_dropout",
-             "the cheaper CPU LoRA dropout (models/cpu_dropout.py cheaper_lora_dropout)", ("cpu_lora_dropout",),
-             "dropout = self.lora_dropout[active_adapter]", f"{_LORA}:Linear", instance=True),
     Internal("transformers.configuration_utils", "PreTrainedConfig", "_attn_implementation",
              "posttrain's CPU attention and flattened scoring (models/cpu_attention.py, models/flat_batches.py)",
              ("cpu_attention",)),

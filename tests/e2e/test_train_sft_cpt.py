@@ -70,16 +70,14 @@ def test_sft_full_learns_and_saves_a_loadable_model(cli, tmp_path, memorise_file
 
 
 def test_sft_lora_checkpoint_holds_only_the_adapter(cli, tmp_path, data_dir, tiny_dir):
-    out, log = train_with_log(cli, tmp_path, "recipes/sft/tiny-cpu.yaml", f"data.datasets[0].name={data_dir / 'sft.jsonl'}",
-                              "model.use_lora=true", "model.lora_r=4", "training.max_steps=4", "training.save_steps=2")
+    out = train(cli, tmp_path, "recipes/sft/tiny-cpu.yaml", f"data.datasets[0].name={data_dir / 'sft.jsonl'}",
+                "model.use_lora=true", "model.lora_r=4", "training.max_steps=4", "training.save_steps=2")
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM
 
     # The LoRA parameters' own bytes, computed independently of the run.
     fresh = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_dir), LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM"))
     lora_bytes = sum(p.numel() * p.element_size() for n, p in fresh.named_parameters() if "lora_" in n)
-    # on a CPU every LoRA layer's dropout (the default 0.05) draws the cheaper mask (tests/models/test_cpu_dropout.py)
-    assert f"LoRA dropout: {sum(hasattr(m, 'lora_A') for m in fresh.modules())} layers draw their CPU masks" in log, log
 
     for folder in (out, out / "checkpoint-2", out / "checkpoint-4"):
         header = read_header(folder / "adapter_model.safetensors")

@@ -210,10 +210,9 @@ def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
         held_out.attach(trainer)
     if device.kind == "cpu":  # before the micro-batch rule times a step
         from posttrain.models import cpu_lm_head
-        from posttrain.models.cpu_dropout import cheaper_lora_dropout
         from posttrain.models.flat_batches import flatten_scored_passes
 
-        notes = [cheaper_lora_dropout(trainer.model), cpu_lm_head.use_on_cpu()]
+        notes = [cpu_lm_head.use_on_cpu()]
         if ALGORITHMS[recipe.training.algorithm].family == "grpo":
             notes.append(flatten_scored_passes(trainer))
         for note in filter(None, notes):

@@ -15,9 +15,9 @@ Defaults that depend on the machine or the data are resolved when the run starts
 - activation checkpointing: on everywhere, as TRL's (`trl_config.runtime_defaults`). It was off on
   CPU for a while (tiny models' steps 1.1-1.2x faster without it), until SmolLM2-135M + LoRA showed
   that off saved no time there (SFT, GRPO), cost time (DPO 1.29x slower) and doubled peak memory.
-- CPU training passes (`algorithms/run.py`): LoRA dropout draws its masks from 32-bit random
-  integers (`models/cpu_dropout.py`), and with bf16 autocast rows of at most 384 tokens take the
-  model's eager attention (`models/cpu_attention.py`); both compute the same thing, faster.
+- CPU attention (`algorithms/run.py`): with bf16 autocast, rows of at most 384 tokens take the
+  model's eager attention (`models/cpu_attention.py`); the same result, faster. (Cheaper LoRA
+  dropout masks were tried and removed: 1.02-1.05x end to end, docs/results/speed-paths.md.)
 - SFT batching (`trl_config.batching_defaults`; a recipe that sets `padding_free`, `packing` or
   `train_sampling_strategy` keeps its own): `padding_free=True` where attention keeps the flattened
   rows apart: CUDA with flash attention (varlen kernels) and a CPU with posttrain's CPU attention

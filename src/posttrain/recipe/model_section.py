@@ -37,8 +37,8 @@ class ModelSection(Section):
     lora_r: StrictInt = Field(16, ge=1, description="LoRA rank.")
     lora_alpha: StrictInt = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r).")
     lora_dropout: float = Field(0.05, ge=0.0, lt=1.0, description="Dropout on the LoRA input (TRL's default). On a CPU "
-                                "its random masks cost, even drawn the cheaper way posttrain draws them there: a SmolLM2 "
-                                "LoRA step was 1.24-1.38x faster with 0.")
+                                "its random masks cost time: a SmolLM2 LoRA step was 1.3x faster or more with 0 "
+                                "(docs/results/cpu-training-passes.md).")
     lora_target_modules: list[str] | Literal["all-linear"] = Field(
         "all-linear", description="Modules that get adapters: 'all-linear' or a list of names such as [q_proj, v_proj]."
     )
