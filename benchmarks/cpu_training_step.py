@@ -8,10 +8,10 @@ activation checkpointing: posttrain's defaults) on padded batches of random toke
 autocast posttrain trains with on this CPU (bf16 with avx512_bf16/amx_bf16, else none), with each
 combination swapped into the same model and timed in turn (rounds interleaved, median):
 nn.Dropout or no dropout, and sdpa, eager or posttrain's short_eager_else_sdpa (eager up to 384
-tokens). (A cheaper dropout mask, CpuDropout, was measured here until 2026-12-06: 1.10-1.18x a step,
-but 1.02-1.05x end to end, so it was removed: results/speed_paths_dropout_avx512.txt.) Then one attention layer alone (SmolLM2's 9 query
-and 3 key-value heads) in the model's eager form and sdpa, forward + backward and forward only, per
-length. Then one SFT batch of 8 rows of the SmolLM2 race's lengths (79-202 tokens) as the batching
+tokens). (A cheaper dropout mask, CpuDropout, was measured here until 2026-12-06: 1.10-1.18x a
+step, but 1.02-1.05x end to end, so it was removed: results/speed_paths_dropout_avx512.txt.) Then
+one attention layer alone (SmolLM2's 9 query and 3 key-value heads) in the model's eager form and
+sdpa, forward + backward and forward only, per length. Then one SFT batch of 8 rows of the SmolLM2 race's lengths (79-202 tokens) as the batching
 choices run it: 8 one-row passes (the micro-batch rule's split), padded, flattened with sdpa's dense
 mask, flattened with posttrain_cpu's rows apart (SFT's CPU default), and that with LoRA's frozen
 weights stored in bf16 (autocast's casts skipped; tried, not kept: 1.01x here, and DPO runs were
