@@ -12,9 +12,10 @@ Two settings per model, on the same chat prompts (recipes/demo-real's word probl
   `generate` in eval mode, and posttrain's loop, which pays for merging and packing the adapter again
   on every call (the adapter's version is bumped first, as an optimizer step does). Two more tell
   the loop's gain from its weights' (generation/inference_weights.py: LoRA merged, CPU weights
-  pre-packed): `generate` inside posttrain's inference weights, and posttrain's loop without them. posttrain draws
-  differently from `generate` (one uniform per row: the same distribution, other samples), so the
-  check that both sample the same policy runs at top_k=1: the same tokens (checked, printed).
+  pre-packed): `generate` inside posttrain's inference weights, and posttrain's loop without them.
+  posttrain draws differently from `generate` (one uniform per row: the same distribution, other
+  samples), so the check that all but train mode sample the same policy runs at top_k=1: the same
+  tokens (checked, printed).
 - **evaluation**: the adapter merged (as `posttrain eval` loads it), greedy, 16 rows, both must
   return the same tokens.
 
@@ -206,7 +207,9 @@ def bench_model(spec: str, args, limits: dict) -> tuple[list[dict], dict]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     same = {}
-    for key, contestants, config in (("rollout_same_policy", (hf(policy, False), ours(policy)), sampled),
+    # every rollout contestant that samples the policy itself (not train mode's dropout-perturbed one)
+    policy_samplers = (hf(policy, False), hf_with_weights(policy), ours(policy, weights=False), ours(policy))
+    for key, contestants, config in (("rollout_same_policy", policy_samplers, sampled),
                                      ("eval_same_tokens", (hf(merged, False), ours(merged)), greedy)):
         config = copy.deepcopy(config)
         config.max_new_tokens = 8
@@ -216,7 +219,7 @@ def bench_model(spec: str, args, limits: dict) -> tuple[list[dict], dict]:
         for fn in contestants:
             torch.manual_seed(0)
             outs.append(fn(ids, mask, config))
-        same[key] = torch.equal(*outs)
+        same[key] = all(torch.equal(outs[0], out) for out in outs[1:])
     torch.set_num_threads(threads)
     info = {"model": spec if not spec.endswith(".gguf") else Path(spec).name, "parameters": params,
             "prompt_tokens": int(mask.sum()), "prompt_width": ids.shape[1], **same}

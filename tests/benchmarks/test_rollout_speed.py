@@ -24,7 +24,8 @@ def test_rollout_speed_toy(repo, tiny_dir, tmp_path):
     rows = {(r["setting"].split(" (")[0], r["contestant"]): r for r in report["rows"]}
     assert set(rows) == {("GRPO rollout", "generate, as TRL calls it (train mode)"), ("GRPO rollout", "generate, eval mode"),
                          ("GRPO rollout", "generate with posttrain's inference weights"),
-                         ("GRPO rollout", "posttrain's loop without its inference weights"), ("GRPO rollout", "posttrain"), ("evaluation", "generate"), ("evaluation", "posttrain")}
+                         ("GRPO rollout", "posttrain's loop without its inference weights"), ("GRPO rollout", "posttrain"),
+                         ("evaluation", "generate"), ("evaluation", "posttrain")}
     for row in rows.values():
         assert row["tokens_per_s"] > 0 and 0 < row["flops_share"] < 1 and row["rows"] == 4
     (model,) = report["models"]
