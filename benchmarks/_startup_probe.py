@@ -19,8 +19,9 @@ the CLI's part (`heavy_import - probe_start`, which includes importing posttrain
 the time inside the recipe functions `_build_run` calls later (printing the diff against the
 defaults, the output_dir lock, resume check, resolved recipe, provenance, run history);
 `own_cpu_s` is the same in CPU seconds counted from the process's start (so it includes the
-interpreter's own start, ~0.02 s). `param_sum` is a checksum of the trainable weights after step
-1: equal sums show the two contestants really trained the same step.
+interpreter's own start, ~0.02 s). The trainable weights before step 1 and after it go to
+OUT.before.safetensors and OUT.after.safetensors, so startup.py can check, parameter by parameter,
+that the two contestants really trained the same step; `param_sum` is their checksum, for the table.
 
 The hooks go in through an import hook, so neither posttrain nor the TRL script is changed or
 imported early.
@@ -72,15 +73,23 @@ def after_run_module(module) -> None:
     lock.acquire = timed(lock.acquire, "OutputDirLock.acquire")
 
 
+def save_trainable(model, which: str) -> float | None:
+    """Write the trainable weights to OUT.<which>.safetensors; their checksum."""
+    if model is None:
+        return None
+    import torch
+    from safetensors.torch import save_file
+
+    with torch.no_grad():
+        weights = {name: p.detach().float().contiguous().clone() for name, p in model.named_parameters() if p.requires_grad}
+    save_file(weights, f"{OUT}.{which}.safetensors")
+    return float(sum(w.double().sum() for w in weights.values()))
+
+
 def finish(model) -> None:
     marks["step1"] = time.time() - T0
     cpu["step1"] = time.process_time()
-    total = None
-    if model is not None:
-        import torch
-
-        with torch.no_grad():
-            total = float(sum(p.detach().double().sum() for p in model.parameters() if p.requires_grad))
+    total = save_trainable(model, "after")
     result = {"marks": {k: round(v, 4) for k, v in marks.items()}, "cpu": {k: round(v, 4) for k, v in cpu.items()}, "param_sum": total}
     if "heavy_import" in marks:
         cli = marks["heavy_import"] - marks["probe_start"]
@@ -101,7 +110,9 @@ def after_trainer_callback(module) -> None:
     def train_begin(self, args, state, control):
         marks["train_begin"] = time.time() - T0
         cpu["train_begin"] = time.process_time()
-        return on_train_begin(self, args, state, control)
+        control = on_train_begin(self, args, state, control)
+        save_trainable(getattr(self, "model", None), "before")  # a few ms, the same for both contestants
+        return control
 
     def step_end(self, args, state, control):
         control = on_step_end(self, args, state, control)

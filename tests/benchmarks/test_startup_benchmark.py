@@ -25,10 +25,12 @@ def test_startup_benchmark_toy_run(repo, tmp_path):
     assert "| posttrain's own recipe handling in that run |" in result.stdout
     report = json.loads(out.read_text())
     assert report["repeats"] == 1 and report["recipe"] == "recipes/sft/tiny-cpu.yaml"
-    # the proof that both contestants trained the same first step
+    # the proof that both contestants trained the same first step: identical starting weights, and every parameter's
+    # update within startup.UPDATE_TOL of TRL's (the bound comes from AdamW's first step; see startup.py)
     assert report["same_step"] is True
-    sums = report["param_sum_after_step1"]
-    assert sums["posttrain"] == pytest.approx(sums["trl"], rel=1e-8, abs=0) and sums["posttrain"] != 0
+    difference = report["step_difference"]
+    assert difference["same_start"] is True and difference["parameters"] > 0
+    assert 0 <= difference["worst"] <= 0.05
     for who in ("posttrain", "trl"):
         assert 0 < report["train_begin_s"][who] < report["step1_s"][who]
         assert 0 < report["train_begin_cpu_s"][who] <= report["step1_cpu_s"][who]
