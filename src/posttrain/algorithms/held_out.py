@@ -13,12 +13,14 @@ Each evaluation is one record in metrics.jsonl and the trackers:
     held_out/strict, held_out/loose          accuracy on the n items
     held_out/{strict,loose}_fixed, _broken   items right now and wrong at step 0, and the reverse
     held_out/{strict,loose}_p                exact McNemar p of the change since step 0 (paired by item)
+    held_out/looks                           the evaluations the schedule plans after step 0 (the flag spends its alpha over them)
     held_out/pass@K_strict, _loose           with held_out.pass_k: any of K sampled answers right
     time/held_out_s                          the evaluation's seconds (not part of any step's time)
 
 and its answers go to output_dir/held_out/step-N.jsonl (the records `posttrain eval` writes). The
-health check `held_out_regression` (posttrain.monitoring.health) fires on the first evaluation
-significantly below step 0; `training.stop_on: [held_out_regression]` stops the run there. With
+health check `held_out_regression` (posttrain.monitoring.held_out_fall) fires on the first evaluation
+below step 0 past a bound that holds its false-alarm rate over all the planned evaluations and both
+metrics; `training.stop_on: [held_out_regression]` stops the run there. With
 `held_out.keep_best` the model of the best evaluation so far is saved in output_dir/best.
 
 Several processes: each answers its share of the items and the records are gathered, so every
@@ -38,6 +40,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from posttrain.monitoring.health import HELD_OUT_METRICS, HELD_OUT_PREFIX
+from posttrain.monitoring.held_out_fall import LOOKS_KEY, planned_looks
 
 from .common import log
 
@@ -98,6 +101,7 @@ class HeldOutScores(TrainerCallback):
         seconds = time.perf_counter() - started
         step = state.global_step
         record = self._record(records, sampled, step, seconds)
+        record[LOOKS_KEY] = planned_looks(state.max_steps, self.spec.every)
         if self._is_main():
             folder = self.output_dir / FOLDER
             folder.mkdir(parents=True, exist_ok=True)
@@ -133,8 +137,9 @@ class HeldOutScores(TrainerCallback):
                                            batch_size=spec.batch_size, use_chat_template=self.use_chat_template)
         was_training = engine.model.training
         engine.model.eval()
-        # step 0 is scored at on_train_begin, before the Trainer prepares (and autocast-wraps) the model
-        wrapped = trainer.accelerator.native_amp and trainer.state.global_step > 0
+        # every evaluation, step 0's included, runs after the Trainer prepared (and autocast-wrapped) the model:
+        # transformers calls on_train_begin after accelerator.prepare
+        wrapped = trainer.accelerator.native_amp
         try:  # float32 on a CPU, as `posttrain eval` loads the model there (bf16 autocast is for the training passes)
             with without_autocast(model, wrapped) if trainer.args.use_cpu else nullcontext(), torch.no_grad():
                 greedy = evaluate("held_out", engine, mine, SamplingParams(max_new_tokens=spec.max_new_tokens, seed=spec.seed)) if mine else []

@@ -21,6 +21,8 @@ import math
 from collections import deque
 from dataclasses import asdict, dataclass
 
+from .held_out_fall import METRICS, PREFIX, HeldOutFall
+
 ALL_RUN_FLAGS = ("nonfinite_loss", "zero_learning_rate", "held_out_regression")  # every algorithm checks these; the rest are RL-only
 
 # name -> (what it means, the threshold in words). Thresholds are the module constants below.
@@ -58,7 +60,9 @@ FLAGS: dict[str, tuple[str, str]] = {
                            "or a warm-up's first (it starts at 0 and rises)"),
     "held_out_regression": ("the model answers the held-out task (the recipe's held_out section) worse than it did at step 0: "
                             "training is making it worse at what you measure",
-                            "held-out strict or loose accuracy below step 0's on the same items, exact McNemar p < 0.05"),
+                            "held-out strict or loose accuracy below step 0's on the same items, exact McNemar p < 0.05 / "
+                            "(2 x the planned evaluations): at most a 5% chance over the whole run that a model whose accuracy "
+                            "never changed raises it (Bonferroni); the flag says when accuracy recovers"),
 }
 
 ZERO_STD_SHARE = 0.999
@@ -72,10 +76,7 @@ REWARD_RISE = 0.2
 REWARD_FLAT = 0.02
 EMPTY_THINK_SHARE = 0.5
 TOOL_ERROR_SHARE = 0.5  # half the calls failing: the tool, or how the model calls it, is broken, not unlucky
-HELD_OUT_ALPHA = 0.05  # a fall below step 0 this unlikely under "no change" (paired, exact) is not noise
-
-HELD_OUT_PREFIX = "held_out/"  # keys of the records posttrain.algorithms.held_out logs (one record per evaluation)
-HELD_OUT_METRICS = ("strict", "loose")
+HELD_OUT_PREFIX, HELD_OUT_METRICS = PREFIX, METRICS  # keys of the records posttrain.algorithms.held_out logs
 
 EMPTY_THINK_KEY = "health/empty_think_frac"  # logged by posttrain's GRPO reward wrapper
 
@@ -261,14 +262,13 @@ class HealthTracker:
         self.nonfinite = {key: _Occurrences(lambda v: not math.isfinite(v)) for key in ("loss", "grad_norm")}
         self.zero_lr = _Occurrences(lambda v: v == 0)
         self.last_lr: tuple[int, float] | None = None  # the latest learning rate waits: a schedule may end at 0
-        self.held_out_start: dict | None = None  # the first held-out record (step 0's scores)
-        self.held_out_fall: Flag | None = None
+        self.held_out = HeldOutFall()
 
     def add(self, record: dict) -> None:
         if "train_runtime" in record or any(k.startswith("eval_") for k in record):
             return
         if any(k.startswith(HELD_OUT_PREFIX) for k in record):
-            self._add_held_out(record)
+            self.held_out.add(record)
             return
         step = record.get("step", 0)
         first = self.previous + 1
@@ -294,28 +294,6 @@ class HealthTracker:
                 self.last_lr = (step, value)
         self.previous = max(self.previous, step)
 
-    def _add_held_out(self, record: dict) -> None:
-        """A held-out evaluation: the first is the baseline; a later one that fell significantly below it raises the flag."""
-        if self.held_out_start is None:
-            self.held_out_start = record
-            return
-        if self.held_out_fall is not None:
-            return
-        step = record.get("step", 0)
-        for metric in HELD_OUT_METRICS:
-            key = f"{HELD_OUT_PREFIX}{metric}"
-            now, then, p = (_number(r.get(k)) for r, k in ((record, key), (self.held_out_start, key), (record, f"{key}_p")))
-            fixed, broken = record.get(f"{key}_fixed"), record.get(f"{key}_broken")
-            if None in (now, then, p) or not isinstance(fixed, int) or not isinstance(broken, int):
-                continue
-            if p < HELD_OUT_ALPHA and broken > fixed:
-                n = record.get(f"{HELD_OUT_PREFIX}n")
-                self.held_out_fall = Flag("held_out_regression", step, step, (
-                    f"held-out {metric} accuracy {100 * now:.1f}% at step {step}, against {100 * then:.1f}% at step "
-                    f"{self.held_out_start.get('step', 0)} on the same {n} items ({fixed} fixed, {broken} broken, exact McNemar "
-                    f"p = {p:.2g}); lower the learning rate, check what the rewards pay for, or keep the best model (output_dir/best)."))
-                return
-
     def flags(self) -> list[Flag]:
         """Every flag raised so far, in FLAGS order. RL flags apply to RL runs only (rl=True)."""
         flags = self._rl_flags() if self.rl else []
@@ -324,8 +302,8 @@ class HealthTracker:
                 flags.append(Flag("nonfinite_loss", bad.first, bad.last, f"{key} was {bad.first_value} at step {bad.first} "
                                   f"({bad.count} logged step(s)); lower the learning rate, check the data, use fp32/bf16 not fp16."))
                 break
-        if self.held_out_fall is not None:
-            flags.append(self.held_out_fall)
+        if (fall := self.held_out.fired()) is not None:
+            flags.append(Flag("held_out_regression", fall[0], fall[0], fall[1]))
         if self.zero_lr.count:
             flags.append(Flag("zero_learning_rate", self.zero_lr.first, self.zero_lr.last, f"learning_rate was 0 on "
                               f"{self.zero_lr.count} logged step(s); check learning_rate, warmup and the scheduler."))
