@@ -40,7 +40,7 @@ from typing import Sequence
 
 from posttrain.evaluation.statistics import seed_level_test
 
-__all__ = ["PooledComparison", "cmh_test", "item_tables", "pooled_comparison", "seed_spread"]
+__all__ = ["PooledComparison", "cmh_test", "item_level_test", "item_tables", "pooled_comparison", "seed_spread"]
 
 
 def item_tables(a_by_seed: Sequence[Sequence[bool]], b_by_seed: Sequence[Sequence[bool]]) -> list[tuple[int, int, int, int]]:
@@ -77,6 +77,35 @@ def cmh_test(tables: Sequence[tuple[int, int, int, int]]) -> tuple[float, float]
         return 0.0, 1.0
     statistic = deviation * deviation / variance
     return statistic, math.erfc(math.sqrt(statistic / 2))  # chi-square(1) upper tail
+
+
+def item_level_test(a_by_seed: Sequence[Sequence[bool]], b_by_seed: Sequence[Sequence[bool]], *, draws: int = 20_000,
+                    seed: int = 0) -> tuple[float, float]:
+    """The item as the unit: each item's accuracy averaged over each arm's seeds, and a two-sided sign-flip
+    test of the mean per-item difference (B - A). Returns (mean difference, p).
+
+    Where CMH counts each seed's answer as a separate observation, this counts each item once, so seeds that
+    agree with each other add no evidence: the test to quote when the items, not the seeds, are what a claim
+    generalises over. Under "no difference" each item's difference is as likely negative as positive; the p
+    is (1 + draws at least as extreme) / (1 + draws) over `draws` random sign patterns (a fixed generator:
+    the same answers give the same p). Its Monte Carlo error is below 0.0016 at p = 0.05 and 20,000 draws.
+
+    >>> item_level_test([[True, False, False, False]], [[True, True, True, True]])[0]
+    0.75
+    """
+    import random
+
+    tables = item_tables(a_by_seed, b_by_seed)
+    diffs = [b / n_b - a / n_a for a, n_a, b, n_b in tables]
+    observed = abs(sum(diffs))
+    nonzero = [d for d in diffs if d]
+    rng = random.Random(seed)
+    extreme = 0
+    for _ in range(draws):
+        bits = rng.getrandbits(len(nonzero)) if nonzero else 0
+        total = sum(d if bits >> i & 1 else -d for i, d in enumerate(nonzero))
+        extreme += abs(total) >= observed - 1e-12 * len(diffs)  # float sums in another order: ties stay ties
+    return statistics.fmean(diffs), (1 + extreme) / (1 + draws)
 
 
 def seed_spread(accuracies: Sequence[float]) -> dict:
