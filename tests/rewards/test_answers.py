@@ -105,6 +105,78 @@ def test_parse_number(text, expected):
     assert parse_number(text) == expected
 
 
+# Symbolic answers are refused: a gold "\frac{5}{x}" must not train as 5, nor "<answer>5x</answer>" score as 5.
+SYMBOLIC_CASES = [
+    ("latex_frac_with_variable", "\\frac{5}{x}"),
+    ("latex_dfrac", "\\dfrac{1}{2}"),
+    ("latex_boxed_frac", "\\boxed{\\frac{5}{x}}"),
+    ("latex_sqrt", "\\sqrt{2}"),
+    ("latex_pi", "2\\pi"),
+    ("latex_cdot", "5\\cdot x"),
+    ("latex_infinity", "\\infty"),
+    ("unicode_pi", "5\u03c0"),
+    ("unicode_root", "\u221a5"),
+    ("power", "5^x"),
+    ("power_braced", "10^{3}"),
+    ("over_variable", "5/x"),
+    ("braced", "{5}"),
+    ("subscript", "x_5"),
+    ("inequality", "x < 5"),
+    ("unicode_inequality", "5 \u2264 x"),
+    ("glued_variable", "5x"),
+    ("glued_variable_n", "2n"),
+    ("variable_plus", "x + 1"),
+    ("plus_variable", "5 + x"),
+    ("times_variable", "5*x"),
+    ("assignment_of_an_expression", "x = 5y"),
+    ("double_equals", "x == 5"),
+    ("glued_one_letter_unit_is_a_variable", "5m"),
+]
+
+
+@pytest.mark.parametrize("text", table(SYMBOLIC_CASES))
+def test_parse_number_refuses_symbolic_answers(text):
+    assert answers.is_symbolic(text)
+    assert parse_number(text) is None
+
+
+# What must still parse beside those rules: prose, currency, units, and one leading assignment ("x = 5" states 5).
+STILL_NUMBERS = [
+    ("sentence", "The answer is 5.", D(5)),
+    ("dollars", "$1,400", D(1400)),
+    ("negative_decimal", "-3.5", D("-3.5")),
+    ("unit_word", "5 apples", D(5)),
+    ("glued_unit_word", "5kg", D(5)),
+    ("spaced_one_letter_unit", "5 m", D(5)),
+    ("article_before", "a 5-day week", D(5)),
+    ("markdown_bold", "**5**", D(5)),
+    ("parentheses", "(5)", D(5)),
+    ("exclamation", "5!", D(5)),
+    ("labelled", "Answer: 5", D(5)),
+    ("assignment", "x = 5", D(5)),
+    ("assignment_tight", "x=5", D(5)),
+    ("bare_equals", "= 1,400", D(1400)),
+    ("latex_inline_delimiters", "\\(5\\)", D(5)),
+    ("latex_display_delimiters", "\\[ -3 \\]", D(-3)),
+    ("latex_quad", "5 \\quad", D(5)),
+    ("latex_boxed", "\\boxed{5}", D(5)),
+]
+
+
+@pytest.mark.parametrize("text, expected", table(STILL_NUMBERS))
+def test_parse_number_still_reads_stated_numbers(text, expected):
+    assert not answers.is_symbolic(text)
+    assert parse_number(text) == expected
+
+
+def test_symbolic_gold_is_refused_and_loose_scoring_keeps_reading_prose():
+    assert not answers.gold_is_comparable("\\frac{5}{x}")  # GRPO drops and counts such rows, eval scores them as text
+    assert not strict_correct("<answer>5x</answer>", 5) and strict_correct("<answer>x = 5</answer>", 5)
+    # loose is format-blind: the last number of ordinary prose, untouched by the symbolic rules
+    assert loose_correct("First 2x + 3 = 13, so 2x = 10 and x is 5.", 5)
+    assert last_number("the area is 5^2 = 25 square metres") == D(25)
+
+
 LAST_NUMBER_CASES = [
     ("after_reasoning", "7 * 200 = 1,400 so she pays $1,400.", D(1400)),
     ("negative_last", "from 5 down to -3", D(-3)),

@@ -30,6 +30,15 @@ Number rules (``parse_number`` / ``last_number``):
   ``3,14``); other LaTeX spacing (``\\;``, ``\\:``, ``\\!``, ``\\ ``) is a space; ``\\text{...}``,
   ``\\mathrm{...}``, ``\\textbf{...}``, ``\\mathbf{...}``, ``\\mbox{...}`` and ``\\boxed{...}``
   are replaced by their content, ``\\left`` / ``\\right`` dropped; ``\\%`` is ``%``.
+* Symbolic answers are no number to ``parse_number`` (``None``), so a gold answer ``\\frac{5}{x}``
+  never trains as 5 and ``<answer>5x</answer>`` never scores as 5: a LaTeX command left after the
+  rewrites above (``\\frac``, ``\\sqrt``, ``\\pi``, ``\\cdot``), a math operator or brace
+  next to a numeral (``5^2``, ``5/x``, ``{5}``, ``5 < x``, ``\u221a5``, ``5\u03c0``), a one-letter
+  variable glued to a numeral (``5x``, ``2n``; so is ``5m``: write units with a space or in full,
+  ``5 m``, ``5kg``), or a one-letter variable next to ``+ - * /`` (``x + 1``). One assignment in
+  front is allowed: ``x = 5`` and ``= 5`` state 5 (what a "solve for x" gold means, and how
+  math-verify reads it), ``x = 5y`` and ``x < 5`` do not. Such answers are the ``math`` scorer's
+  (:mod:`posttrain.rewards.math_answers`). ``last_number`` is format-blind and keeps reading prose.
 * Not supported (parsed as separate numbers, hence ambiguous): fractions ``1/2`` and
   ``\\frac{1}{2}``, plain spaces as thousands separators. Scientific notation (``3.5e2``) is no
   number to ``parse_number`` (it would read 3.5); ``last_number`` reads the mantissa.
@@ -45,6 +54,7 @@ from decimal import Decimal
 
 __all__ = [
     "parse_number",
+    "is_symbolic",
     "numbers_equal",
     "last_number",
     "extract_answer",
@@ -79,6 +89,7 @@ _LATEX_RULES = [
     (re.compile(r"\\%"), "%"),
     (re.compile(r"(?<=[0-9])(?:\{,\}|\\,|[\u2009\u202f])(?=[0-9])"), ","),  # 1{,}400, 1\,400, 1 400
     (re.compile(r"\\[,;:! ]"), " "),  # other LaTeX spacing: -\$\,452
+    (re.compile(r"\\(?:q?quad|displaystyle|[()\[\]])(?![A-Za-z])"), " "),  # \quad, math delimiters \( \) \[ \]
     (re.compile(r"\\(?:left|right)(?![A-Za-z])"), ""),
 ]
 _LATEX_WRAPPER_RE = re.compile(r"\\(?:text|mathrm|textrm|textbf|mathbf|mbox|boxed)\s*\{([^{}]*)\}")
@@ -96,6 +107,33 @@ def _normalise(text: str) -> str:
         if not found:
             break
     return text
+
+
+# What makes a text symbolic rather than a stated number (parse_number refuses it; module docstring).
+_OPERATORS = r"\^_{}=<>|/\u00d7\u00f7\u00b7\u221a\u03c0\u221e\u2264\u2265\u2260"  # ^ _ { } = < > | / × ÷ · √ π ∞ ≤ ≥ ≠; not * (markdown bold: **5**)
+_VARIABLE = r"(?<![A-Za-z\\])[A-Za-z](?![A-Za-z])"  # a one-letter word (not a command's last letter)
+_SYMBOLIC_RE = re.compile(
+    r"\\[A-Za-z]+"  # a LaTeX command the rewrites did not turn into a number: \frac, \sqrt, \pi
+    rf"|[0-9.]\s*[{_OPERATORS}]|[{_OPERATORS}]\s*[-+]?\.?[0-9]"  # an operator next to a numeral: 5^2, 5/x, {5}
+    r"|[0-9](?:[A-Za-z](?![A-Za-z]))"  # a variable glued to a numeral: 5x, 2n
+    rf"|{_VARIABLE}\s*[-+*/{_OPERATORS}]|[-+*/{_OPERATORS}]\s*{_VARIABLE}"  # a variable next to an operator: x + 1
+)
+_TAG_RE = re.compile(r"</?[A-Za-z][^<>]*>")  # <think> inside an answer is markup, not two inequalities
+_ASSIGNMENT_RE = re.compile(r"^\s*(?:[A-Za-z]\s*)?=(?!=)")  # "x = 5", "= 5": the value stated after it
+
+
+def is_symbolic(text: str) -> bool:
+    """Whether ``text`` is a symbolic answer (an expression, not a stated number): see the module docstring.
+
+    >>> is_symbolic("\\frac{5}{x}"), is_symbolic("5x"), is_symbolic("x = 5"), is_symbolic("5 apples")
+    (True, True, False, False)
+    """
+    return bool(_SYMBOLIC_RE.search(_TAG_RE.sub(" ", _normalise(_unassigned(text)))))
+
+
+def _unassigned(text: str) -> str:
+    """``text`` without one leading assignment: "x = 5" -> " 5"."""
+    return _ASSIGNMENT_RE.sub(" ", text, count=1)
 
 
 def _scan(text: str) -> list[tuple[list[Decimal], bool]]:
@@ -120,16 +158,16 @@ def _scan(text: str) -> list[tuple[list[Decimal], bool]]:
 
 
 def parse_number(text: str | None) -> Decimal | None:
-    """The single number ``text`` states, or ``None`` (no number, two different numbers, bad commas).
+    """The single number ``text`` states, or ``None`` (no number, two different numbers, bad commas, a symbolic answer).
 
     >>> parse_number("$1,400.00")
     Decimal('1400.00')
-    >>> parse_number("3 or 4") is None, parse_number("3.5e2") is None
-    (True, True)
+    >>> parse_number("3 or 4") is None, parse_number("3.5e2") is None, parse_number("\\frac{5}{x}") is None
+    (True, True, True)
     """
-    if text is None or _EXPONENT_RE.search(text):
+    if text is None or _EXPONENT_RE.search(text) or is_symbolic(text):
         return None
-    tokens = _scan(text)
+    tokens = _scan(_unassigned(text))
     if not tokens or not all(well_formed for _, well_formed in tokens):
         return None
     values = [value for token_values, _ in tokens for value in token_values]
