@@ -137,7 +137,7 @@ def test_n_selects_the_same_seeded_shuffle_and_rejects_impossible_sizes():
 
 
 def test_unknown_task_suggests_the_closest_and_duplicate_ids_are_refused(tmp_path):
-    with pytest.raises(UserError, match=r"unknown task\. Did you mean 'gsm8k'\? Tasks: arithmetic, gsm8k, mmlu, custom"):
+    with pytest.raises(UserError, match=r"unknown task\. Did you mean 'gsm8k'\? Tasks: arithmetic, gsm8k, mmlu, math, custom"):
         get_task("gsm8")
     rows = [{"prompt": "1?", "answer": 1, "id": "x"}, {"prompt": "2?", "answer": 2, "id": "x"}]
     with pytest.raises(UserError, match="id 'x' appears more than once"):

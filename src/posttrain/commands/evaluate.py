@@ -46,9 +46,9 @@ def _log(message: str) -> None:
 
 
 def _shared_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", help="arithmetic | gsm8k | mmlu | custom")
+    p.add_argument("--task", help="arithmetic | gsm8k | mmlu | math | custom (math: LaTeX answers, pip install 'posttrain[math]')")
     p.add_argument("--n", type=COUNT, default=None, help="evaluate the first N items after a shuffle seeded by --seed (default: all; arithmetic: 500)")
-    p.add_argument("--data", default=None, help="local .jsonl/.json/.csv/.parquet file instead of the hub (gsm8k: question/answer; mmlu: question/choices/answer; custom: see --prompt-column)")
+    p.add_argument("--data", default=None, help="local .jsonl/.json/.csv/.parquet file instead of the hub (gsm8k: question/answer; mmlu: question/choices/answer; math: problem/answer; custom: see --prompt-column)")
     p.add_argument("--prompt-column", default="prompt", help="custom task: column with the question text or chat messages (default: prompt)")
     p.add_argument("--answer-column", default="answer", help="custom task: column with the gold answer, a number or text (default: answer)")
     p.add_argument("--image-column", action="append", default=[], metavar="C", help="custom task: column with each row's image(s) (a path relative to the data file, URL, s3://, data URI, or a list); repeatable. Needs a vision-language model (or an API model that takes images)")

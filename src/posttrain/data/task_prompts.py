@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import string
 
-__all__ = ["CHOICE_SYSTEM_PROMPT", "MATH_SYSTEM_PROMPT", "choice_prompt", "math_prompt"]
+__all__ = ["CHOICE_SYSTEM_PROMPT", "LATEX_SYSTEM_PROMPT", "MATH_SYSTEM_PROMPT", "choice_prompt", "latex_prompt", "math_prompt"]
 
 # The DeepSeek-R1-Zero / GSM8K-GRPO style prompt: reasoning in <think>, one number in <answer>.
 MATH_SYSTEM_PROMPT = (
@@ -21,6 +21,15 @@ MATH_SYSTEM_PROMPT = (
     "answer. The reasoning goes inside <think> </think> tags and the final answer, a single number "
     "without units, inside <answer> </answer> tags, like this:\n"
     "<think> reasoning here </think>\n<answer> 42 </answer>"
+)
+
+# The same format for answers that are no single number (the `math` task, math_match): LaTeX in <answer>.
+LATEX_SYSTEM_PROMPT = (
+    "A conversation between User and Assistant. The User asks a math question and the Assistant "
+    "solves it. The Assistant first thinks through the reasoning step by step, then gives the final "
+    "answer. The reasoning goes inside <think> </think> tags and the final answer, in LaTeX without dollar "
+    "signs (a number, fraction, expression, interval or set, simplified), inside <answer> </answer> tags, "
+    "like this:\n<think> reasoning here </think>\n<answer> \\frac{3}{4} </answer>"
 )
 
 CHOICE_SYSTEM_PROMPT = (
@@ -39,6 +48,11 @@ def math_prompt(question: str) -> list[dict]:
     ['system', 'user']
     """
     return [{"role": "system", "content": MATH_SYSTEM_PROMPT}, {"role": "user", "content": question}]
+
+
+def latex_prompt(question: str) -> list[dict]:
+    """Chat messages asking ``question`` for a LaTeX answer in the <think>/<answer> format (the `math` task)."""
+    return [{"role": "system", "content": LATEX_SYSTEM_PROMPT}, {"role": "user", "content": question}]
 
 
 def choice_prompt(question: str, choices: list[str]) -> list[dict]:

@@ -21,6 +21,13 @@ Free-text answers (custom tasks whose gold is not a number, e.g. "red" for an im
   whitespace and punctuation stripped.
 * loose  -- the completion, tags removed, ends with the gold as whole words ("The square is red.").
 
+LaTeX answers (the ``math`` task: MATH-style golds such as ``\\frac{1}{2}``, ``(-\\infty, 3]``):
+
+* strict -- the single ``<answer>`` block is mathematically the gold (math-verify; what the
+  ``math_match`` reward pays): ``posttrain.rewards.math_answers.math_strict``.
+* loose  -- the completion's final answer (its last ``<answer>`` block, else the last ``\\boxed{}`` or
+  expression) is mathematically the gold: ``math_loose``.
+
 ``format`` is ``format_score`` (the format reward) for every task.
 """
 
@@ -34,7 +41,7 @@ from posttrain.rewards.answers import extract_answer, format_score, loose_correc
 
 __all__ = ["SCORERS", "choice_loose", "choice_strict", "score_completion", "text_loose", "text_strict"]
 
-SCORERS = ("number", "choice", "text")  # an item's "scorer": numeric answers or choice letters
+SCORERS = ("number", "choice", "text", "math")  # an item's "scorer": numbers, choice letters, free text, LaTeX
 _STRIP = string.whitespace + string.punctuation
 
 
@@ -87,6 +94,10 @@ def _score(item: dict, text: str) -> tuple[bool, bool]:
         return text_strict(text, item["gold"]), text_loose(text, item["gold"])
     if item["scorer"] == "number":
         return strict_correct(text, item["gold"]), loose_correct(text, item["gold"])
+    if item["scorer"] == "math":
+        from posttrain.rewards.math_answers import math_loose, math_strict
+
+        return math_strict(text, item["gold"]), math_loose(text, item["gold"])
     if item["scorer"] == "choice":
         letters = string.ascii_uppercase[: len(item["choices"])]
         return choice_strict(text, item["gold"]), choice_loose(text, item["gold"], letters)

@@ -12,7 +12,8 @@ Every item is a plain dict (JSON-ready, written into samples.jsonl):
 * ``prompt`` -- chat messages: the system prompt of ``prompts.py`` (the one GRPO trains with), then
   the question.
 * ``gold``   -- the reference answer as a string: a number ("1400") or a choice letter ("B").
-* ``task``, ``scorer`` -- ``"number"`` or ``"choice"``: which comparison ``scoring.py`` applies.
+* ``task``, ``scorer`` -- ``"number"``, ``"choice"``, ``"text"`` or ``"math"`` (LaTeX, by math-verify): which
+  comparison ``scoring.py`` applies.
 * metadata -- ``question``; ``choices`` and ``subject`` for mmlu.
 
 ``n`` takes the first N items after a shuffle seeded by ``seed``: every arm of a comparison gets
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from posttrain.data.task_prompts import choice_prompt, math_prompt
+from posttrain.data.task_prompts import choice_prompt, latex_prompt, math_prompt
 from posttrain.errors import UserError
 from posttrain.rewards.answers import extract_gsm8k_gold, parse_number
 
@@ -182,6 +183,29 @@ def _arithmetic(opts: TaskOptions) -> list[dict]:
     return items
 
 
+def _math(opts: TaskOptions) -> list[dict]:
+    """MATH-style problems whose answers are LaTeX (\\frac{1}{2}, intervals, sets), scored by math-verify."""
+    from posttrain.rewards.math_answers import missing_extra, parse_gold
+
+    missing = missing_extra("--task math")
+    if missing:
+        raise UserError(missing)
+    source = f"--data {opts.data}" if opts.data else "HuggingFaceH4/MATH-500"
+    rows = _rows("math", opts.data, ("HuggingFaceH4/MATH-500", None, "test"))
+    items = []
+    for i, row in enumerate(rows):
+        question = str(_field(row, "problem", i, source))
+        gold = str(_field(row, "answer", i, source)).strip()
+        try:
+            parse_gold(gold)
+        except ValueError as e:
+            raise UserError(f"{source}: row {i}: {e}") from None
+        row_id = str(row["unique_id"]) if row.get("unique_id") not in (None, "") else _row_id(row, i, "math")
+        items.append({"id": row_id, "prompt": latex_prompt(question), "gold": gold, "task": "math", "scorer": "math",
+                      "question": question, "subject": row.get("subject"), "level": row.get("level")})
+    return items
+
+
 def _custom(opts: TaskOptions) -> list[dict]:
     if not opts.data:
         raise UserError("--task custom needs --data FILE (.jsonl/.json/.csv/.parquet) with a prompt and an answer column")
@@ -264,6 +288,9 @@ TASKS: dict[str, Task] = {
         Task("arithmetic", "number", "offline generated word problems (seed 1234, from the share of questions training data never holds)", _arithmetic),
         Task("gsm8k", "number", "GSM8K test set (hub openai/gsm8k, or --data FILE with question/answer columns)", _gsm8k),
         Task("mmlu", "choice", "MMLU test set (hub cais/mmlu 'all', or --data FILE with question/choices/answer columns)", _mmlu),
+        # LaTeX answers after a worked solution, as long as GSM8K's
+        Task("math", "math", "MATH-500 (hub HuggingFaceH4/MATH-500, or --data FILE with problem/answer columns): LaTeX answers "
+             "compared by math-verify (pip install 'posttrain[math]')", _math),
         Task("custom", "number", "any --data FILE with a prompt and an answer column (--prompt-column, --answer-column; images: --image-column); numbers are scored as numbers, other answers as text", _custom),
     )
 }

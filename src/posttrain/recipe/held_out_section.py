@@ -1,7 +1,7 @@
 """The recipe's `held_out` section: score a held-out task while the model trains.
 
     held_out:
-      task: custom                         # arithmetic | gsm8k | mmlu | custom, as `posttrain eval --task`
+      task: custom                         # arithmetic | gsm8k | mmlu | math | custom, as `posttrain eval --task`
       data: recipes/demo/data/eval.jsonl
       every: 10                            # and at step 0 and the last step
 

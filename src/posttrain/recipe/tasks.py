@@ -100,7 +100,7 @@ class EvaluationSection(Generation):
     model: str | None = Field(None, description="The model to evaluate (eval's --model).")
     arms: dict[str, str] | None = Field(None, description="NAME: SPEC arms to compare (compare's --arm NAME=SPEC); a training run directory expands into its checkpoints.")
     no_base: StrictBool | None = Field(None, description="compare: do not add the adapters' base model as arm 'base' (--no-base).")
-    task: str = Field(min_length=1, description="arithmetic | gsm8k | mmlu | custom (--task).")
+    task: str = Field(min_length=1, description="arithmetic | gsm8k | mmlu | math | custom (--task).")
     data: str | None = Field(None, description="A local data file instead of the hub (--data).")
     prompt_column: str | None = Field(None, description="custom task: column with the question (--prompt-column).")
     answer_column: str | None = Field(None, description="custom task: column with the numeric gold answer (--answer-column).")

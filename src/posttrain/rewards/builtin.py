@@ -24,6 +24,7 @@ import inspect
 from typing import Any, Callable
 
 from posttrain.rewards.http import http_reward
+from posttrain.rewards import math_answers
 from posttrain.rewards.answers import (
     extract_answer,
     format_score,
@@ -40,6 +41,7 @@ __all__ = [
     "format_reward",
     "get_reward",
     "loose_match",
+    "math_match",
     "numeric_answer",
     "text_match",
 ]
@@ -56,7 +58,9 @@ def numeric_gold_columns(specs) -> set[str]:
     """The dataset columns whose values the recipe's rewards (RewardSpecs) compare as numbers: each numeric
     built-in reads its `answer_column` option ("answer", the mapped gold column, by default)."""
     return {spec.options.get("answer_column", "answer") for spec in specs if spec.name in NUMERIC_GOLD_REWARDS}
-TAG_REWARDS = ("answer_match", "text_match", "format", "numeric_answer")
+TAG_REWARDS = ("answer_match", "text_match", "format", "numeric_answer", "math_match")
+# Built-in rewards that need an optional extra: name -> the message when it is missing (None when installed).
+NEEDS_EXTRA = {"math_match": lambda: math_answers.missing_extra("reward 'math_match'")}
 
 
 def completion_text(completion: Any) -> str:
@@ -154,12 +158,25 @@ def loose_match(completions: list[Any], *, answer_column: str = "answer", **kwar
     return [float(loose_correct(completion_text(c), gold)) for c, gold in zip(completions, golds)]
 
 
+def math_match(completions: list[Any], *, answer_column: str = "answer", **kwargs: Any) -> list[float]:
+    """1.0 when the single ``<answer>`` block is mathematically the gold answer, else 0.0: LaTeX compared
+    by math-verify (``\\frac12`` = ``1/2`` = ``0.5``, ``(-\\infty, 3]``, ``\\{1, 2\\}``, ``\\frac{5}{x}``), plain
+    numbers as ``answer_match`` compares them. For MATH-style golds; needs ``pip install 'posttrain[math]'``.
+
+    >>> math_match(["<answer>\\\\dfrac{2}{4}</answer>", "1/2", "<answer>1/3</answer>"], answer=["\\\\frac{1}{2}"] * 3)
+    [1.0, 0.0, 0.0]
+    """
+    golds = _column(kwargs, answer_column, len(completions), "math_match")
+    return [float(math_answers.math_strict(completion_text(c), str(gold))) for c, gold in zip(completions, golds)]
+
+
 REWARDS: dict[str, RewardFn] = {
     "answer_match": answer_match,
     "text_match": text_match,
     "format": format_reward,
     "numeric_answer": numeric_answer,
     "loose_match": loose_match,
+    "math_match": math_match,
     "http": http_reward,
 }
 
@@ -201,6 +218,9 @@ def get_reward(name: str, **options: Any) -> RewardFn:
         label = getattr(fn, "__name__", name.rpartition(":")[2])
     elif name in REWARDS:
         fn, label = REWARDS[name], name
+        missing = NEEDS_EXTRA[name]() if name in NEEDS_EXTRA else None
+        if missing:
+            raise ValueError(missing)
     else:
         close = difflib.get_close_matches(name, REWARDS, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
