@@ -18,7 +18,7 @@ from posttrain.errors import UserError
 EXIT_BAD_INPUT = 2
 
 # Modules under posttrain.commands that add their own subcommands (generate, eval, compare, ...).
-COMMAND_MODULES: list[str] = ["generate", "evaluate", "report", "convert", "vllm_serve", "export", "recipes"]
+COMMAND_MODULES: list[str] = ["generate", "evaluate", "report", "convert", "vllm_serve", "export", "recipes", "demo", "docs"]
 
 EPILOG_TRAIN = """\
 examples:
@@ -110,8 +110,9 @@ def cmd_validate(args) -> int:
 
 def what_train_checks(loaded, recipe_path: str, argv: list[str]) -> list[str]:
     """The checks `train` makes before the model loads that the recipe's schema and preflight do
-    not: the data read as train reads it (local files) and the run folder (posttrain.algorithms.train_checks)."""
-    from posttrain.algorithms.train_checks import data_notes, run_folder_notes
+    not: the data read as train reads it (local files), each reward function called on it and the run folder
+    (posttrain.algorithms.train_checks)."""
+    from posttrain.algorithms.train_checks import read_as_train_reads, reward_notes, run_folder_notes
     from posttrain.recipe.load import resolved_dict, to_yaml
     from posttrain.user_code import searched
     from yaml import safe_load
@@ -119,7 +120,8 @@ def what_train_checks(loaded, recipe_path: str, argv: list[str]) -> list[str]:
     recipe = loaded.recipe
     argv = ["train" if a == "validate" and i == 0 else a for i, a in enumerate(argv)]  # the fixes it suggests are train commands
     notes = run_folder_notes(recipe, safe_load(to_yaml(resolved_dict(recipe))), argv)
-    notes += data_notes(recipe)
+    data, train_dataset = read_as_train_reads(recipe)
+    notes += data + reward_notes(recipe, train_dataset)  # user reward code called as TRL will, before train loads a model
     if any(":" in r.name for r in getattr(recipe.training, "rewards", None) or []) or getattr(recipe.training, "uses_tools", False):
         notes.append(f"user code imported as train imports it: {searched()}")
     return notes
@@ -222,7 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="posttrain",
         description="Post-train language models (CPT, SFT, DPO, GRPO, GSPO) from validated YAML recipes, then "
         "evaluate them and say with paired statistics whether a change helped.",
-        epilog="Run 'posttrain COMMAND --help' for a command's options. Docs: README.md and docs/ (make docs serves them).",
+        epilog="Run 'posttrain COMMAND --help' for a command's options, `posttrain demo` for the whole loop on a tiny model, "
+        "and `posttrain docs` for the user guide (it ships with posttrain: `posttrain docs getting-started` prints a page).",
     )
     parser.add_argument("--version", action="version", version=f"posttrain {__import__('posttrain').__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -21,6 +21,7 @@ import time
 from contextlib import nullcontext
 
 from posttrain.rewards.builtin import get_reward
+from posttrain.rewards.checks import guarded
 
 from .common import without_autocast
 
@@ -40,9 +41,10 @@ def reward_functions(training, dtype=None) -> tuple[list, list]:
             tokenizers.append(tokenizer)
             continue
         try:
-            functions.append(get_reward(spec.name, **spec.options))
+            reward = get_reward(spec.name, **spec.options)
         except ValueError as e:
             raise UserError(f"training.rewards[{i}]: {e}") from None
+        functions.append(guarded(reward, f"training.rewards[{i}]", locate=spec.name != "http"))  # a fault names the reward, step and completion
         tokenizers.append(None)
     return functions, tokenizers
 

@@ -13,11 +13,13 @@ import os
 import platform
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 from posttrain.models.loading import DeviceInfo, LoadedModel, load_model, lora_config
 from posttrain.recipe.algorithms import ALGORITHMS
 from posttrain.recipe.load import LoadedRecipe, format_differences, resolved_dict, to_yaml
+from posttrain.rewards.checks import RewardFault
 from posttrain.storage.run_storage import run_storage, use_s3_settings_for_sources
 from yaml import safe_load as yaml_load
 
@@ -30,6 +32,7 @@ from .resume import checkpoint_step, resume_point, same_checkpoint_everywhere
 from .run_card import readable_like_the_rest, write_run_card
 from .run_folder import check_recipe, command_with, finished_verdict, holds_a_run, load_progress, move_aside, read_records, whole_run
 from .run_data import audit_prompts, fit_prompts, prepare_data
+from .train_checks import reward_notes
 from .trl_config import build_trl_config, cpu_attention_applies, runtime_defaults
 
 
@@ -74,13 +77,16 @@ def make_trl_config(recipe, device, data_format):
         raise UserError(f"training: TRL rejected these settings: {e}") from None
 
 
+EXIT_RUN_FAILED = 1  # a run that started and failed (a reward that raised mid-run): what an uncaught error exits with
+
+
 class AlreadyComplete(Exception):
     """The run in output_dir finished and this recipe asks for nothing more: nothing to do (exit 0)."""
 
 
 def run_training(loaded_recipe: LoadedRecipe, argv: list[str] | None = None) -> int:
     """Train as the recipe says; returns the exit code: 0 finished (or already complete), 130/143
-    when Ctrl-C / SIGTERM stopped it after saving a checkpoint."""
+    when Ctrl-C / SIGTERM stopped it after saving a checkpoint, 1 when a reward failed mid-run."""
     from .interrupt import EXIT_CODES
 
     try:
@@ -92,6 +98,10 @@ def run_training(loaded_recipe: LoadedRecipe, argv: list[str] | None = None) -> 
         run.stop.install()
         try:
             result = trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
+        except RewardFault as fault:  # the user's reward failed mid-run: named in one line, the checkpoints kept
+            if is_main_process():
+                _report_reward_fault(run, trainer, fault)
+            return EXIT_RUN_FAILED
         finally:
             run.stop.restore()
         if run.stop.stopped_at is not None and result.global_step < trainer.state.max_steps:
@@ -117,6 +127,32 @@ def run_training(loaded_recipe: LoadedRecipe, argv: list[str] | None = None) -> 
         if run.lock is not None:
             run.lock.release()
     return 0
+
+
+def _report_reward_fault(run: Run, trainer, fault: Exception) -> None:
+    """A reward that raised (or returned what TRL cannot use) while training: one line naming it, the step, the
+    completion, the file and line (posttrain.rewards.checks.guarded), and the checkpoint the fixed run resumes from.
+    The traceback only with --verbose."""
+    from posttrain.log import verbose
+
+    from .resume import newest_complete_checkpoint
+
+    for callback in trainer.callback_handler.callbacks:  # the progress bar ends its line before the error's
+        bar = getattr(callback, "training_bar", None)
+        if bar is not None:
+            bar.close()
+    if verbose():
+        traceback.print_exception(fault)
+    uploaded = run.storage.finish(run.output_dir, final=False)
+    if uploaded:
+        log(uploaded)
+    checkpoint, _ = newest_complete_checkpoint(run.output_dir)
+    if checkpoint is None:
+        kept = f"no checkpoint was saved yet (training.save_steps={run.trl_config.save_steps}): fix the reward and train again"
+    else:
+        again = command_with(run.argv, "training.resume_from_checkpoint", None if run.loaded_recipe.recipe.training.resume_from_checkpoint == "auto" else "auto")
+        kept = f"{checkpoint.name} is kept in {run.output_dir}: fix the reward and resume with `{again}`"
+    print(f"error: {fault}; {kept}" + ("" if verbose() else " (--verbose shows the traceback)"), file=sys.stderr, flush=True)
 
 
 def _report_interrupted(run: Run, step: int) -> None:
@@ -170,6 +206,8 @@ def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
     storage = run_storage(recipe.s3)
     resume_from = _resume_from(recipe, output_dir, storage, recipe_text, argv)  # before anything heavy loads
     train_dataset, eval_dataset, data_format, reports, drops = _read_data(recipe, seed)
+    for note in reward_notes(recipe, train_dataset):  # each reward called as TRL will: a faulty one stops here, exit 2
+        log(note)
     held_out = _held_out(recipe, output_dir)  # its items are read now: a bad file fails before the model loads
     device = DeviceInfo.detect()
     trl_config = _trl_config(recipe, device, data_format)

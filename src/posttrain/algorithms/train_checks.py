@@ -18,22 +18,62 @@ from .run_folder import FINISHED, INTERRUPTED, PREVIOUS, check_recipe, finished_
 def data_notes(recipe) -> list[str]:
     """Read the recipe's datasets as train does (columns against the format, every row's checks,
     the drop limit) when all are local files; UserError on the first problem, as train."""
+    return read_as_train_reads(recipe)[0]
+
+
+def read_as_train_reads(recipe):
+    """(data_notes' notes, the training dataset as train maps it, or None when it is not read here)."""
     from posttrain.data.splits import looks_local
 
     specs = [*recipe.data.datasets, *recipe.data.eval_datasets]
     if not all(looks_local(spec.name) for spec in specs):
-        return ["data: hub and s3:// datasets are read by train, not by validate (it would download them)"]
+        return ["data: hub and s3:// datasets are read by train, not by validate (it would download them)"], None
     from posttrain.data.drops import DropLedger
 
     from .run_data import prepare_data
 
     seed = recipe.training.seed if recipe.training.seed is not None else 42
-    _, _, _, reports = prepare_data(recipe, seed)
+    train, _, _, reports = prepare_data(recipe, seed)
     drops = DropLedger(recipe.data.max_drop_fraction)
     for report in reports:
         drops.add_report(report)
     drops.check()
-    return [f"data: {report.render()}" for report in reports]
+    return [f"data: {report.render()}" for report in reports], train
+
+
+def reward_notes(recipe, train_dataset) -> list[str]:
+    """Each reward function called once on made-up completions of the first rows, as TRL will call it
+    (posttrain.rewards.checks.trial); UserError naming every reward that raises or returns what TRL
+    cannot use. `validate` and `train` (before the model loads) both run it."""
+    from posttrain.errors import UserError
+    from posttrain.rewards.builtin import get_reward
+    from posttrain.rewards.checks import TRIAL_ROWS, trial
+
+    training = recipe.training
+    specs = getattr(training, "rewards", None) or []
+    functions = [(f"training.rewards[{i}]", spec) for i, spec in enumerate(specs) if spec.name is not None and spec.name != "http"]
+    if not functions:
+        return []
+    if getattr(training, "environment", None):
+        return ["rewards: not tried before training (with training.environment TRL passes them the environments, built when the run starts)"]
+    if train_dataset is None or not len(train_dataset):
+        return ["rewards: not tried (the data is read by train)"]
+    try:
+        rewards = [(key, get_reward(spec.name, **spec.options)) for key, spec in functions]
+    except ValueError as e:  # preflight has named it already; here for a caller without preflight
+        raise UserError(f"training.rewards: {e}") from None
+    rows = [train_dataset[i] for i in range(min(len(train_dataset), TRIAL_ROWS))]
+    try:
+        notes = trial(rewards, rows, _rows_from(recipe), untried=len(specs) - len(functions))
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    return [f"rewards: {note}" for note in notes] or [f"rewards: {len(rewards)} called on made-up completions of the first data rows, "
+                                                       "as TRL will call them: each returned one number per completion"]
+
+
+def _rows_from(recipe) -> str:
+    specs = recipe.data.datasets
+    return f"the training data ({specs[0].name})" if len(specs) == 1 else "the training data (data.datasets, mixed)"
 
 
 def run_folder_notes(recipe, new: dict, argv: list[str]) -> list[str]:
