@@ -233,7 +233,9 @@ def render(result: dict) -> str:
     lines = ["# GRPO on SmolLM2-135M-Instruct: does it make the model better? Results" + (" (fast toy variant)" if meta.get("fast") else ""), "",
              "Plan, hypotheses and decision rule (committed before any run): plan.md. These tables are rebuilt from the",
              "committed per-item answers by `python benchmarks/grpo_real.py --tables DIR`.", "",
-             f"Measured {meta['date']} on {meta['machine']}; `{meta['command']}`, commit {meta.get('commit')}, wall time {meta['wall']}.", "",
+             f"Measured {meta['date']} on {meta['machine']}; `{meta['command']}`, commit {meta.get('commit')} at the end, wall time {meta['wall']}.",
+             *([f"Each stage's code as it started: " + "; ".join(f"{name} {p.get('commit')} ({p.get('started')})"
+                                                             for name, p in meta["stages"].items() if p) + "."] if meta.get("stages") else []), "",
              f"Test set: {meta['n_test']} items of recipes/demo-real/data/test.jsonl, greedy, at most {meta['max_new_tokens']} new tokens; "
              f"GRPO seeds {meta['seeds']}; the more-SFT control trained {meta['control_steps']} steps.", "",
              "## Accuracy per arm", "", "| arm | strict | loose | answers in one <answer> block | mean tokens |", "|---|---|---|---|---|"]
@@ -250,7 +252,9 @@ def render(result: dict) -> str:
                   "| seed | loose vs more SFT |", "|---|---|"]
         lines += [f"| {name} | {_test(s['loose_vs_more_sft'])} |" for name, s in result["per_seed"].items() if "loose_vs_more_sft" in s]
     if result.get("health"):
-        lines += ["", "Health flags raised during training:", ""]
+        lines += ["", "Health flags raised during training, as each run's own code raised them (its run_summary.json; "
+                  "`posttrain report` recomputes them from metrics.jsonl with the checks of its own commit, and differs "
+                  "where a check changed in between: notes.md):", ""]
         for name, flags in result["health"].items():
             shown = [f"{f['name']} (steps {f['first_step']}-{f['last_step']}: {f['detail']})" for f in flags]
             lines.append(f"- {name}: {'; '.join(shown) if shown else 'none'}")

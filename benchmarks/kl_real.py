@@ -106,10 +106,11 @@ def run_name(beta: float, seed: int) -> str:
 class Stage:
     name: str
     argv: list[str]  # the command, relative paths from the repository root
-    done: Path  # marker written when the stage finished: {"seconds", "command"}
+    done: Path  # marker written when the stage finished: {"seconds", "command", "started", "commit", "machine"}
     threads: int | None = None
     seconds: float | None = None
     cached: bool = False
+    provenance: dict | None = None  # when the stage started: its UTC time, the commit of the code it ran, the CPU kind
 
     @property
     def command(self) -> str:
@@ -129,6 +130,7 @@ def run(stage: Stage, logs: Path, after=None) -> Stage:
         mark = json.loads(stage.done.read_text())
         if mark["command"] == stage.command:
             stage.seconds, stage.cached = mark["seconds"], True
+            stage.provenance = {k: mark[k] for k in ("started", "commit", "machine") if k in mark}
             print(f"[{stage.name}] done before ({stage.seconds:.0f} s); kept", flush=True)
             return stage
     logs.mkdir(parents=True, exist_ok=True)
@@ -138,6 +140,8 @@ def run(stage: Stage, logs: Path, after=None) -> Stage:
     if stage.threads and "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = str(stage.threads)
     print(f"[{stage.name}] {stage.command}  (log {_rel(log)})", flush=True)
+    # recorded as the stage starts: a run of hours may see the code change between its stages
+    stage.provenance = {"started": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", "commit": tree_commit(), "machine": cpu_kind()}
     start = time.perf_counter()
     with log.open("a") as f:  # a resumed stage's log keeps the earlier attempt
         code = subprocess.call(stage.argv, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, env=env)
@@ -147,7 +151,7 @@ def run(stage: Stage, logs: Path, after=None) -> Stage:
                          f"log {log}:\n{log.read_text()[-3000:]}\nRe-run the same command to continue from here.")
     if after:
         after()
-    stage.done.write_text(json.dumps({"seconds": stage.seconds, "command": stage.command}, indent=1) + "\n")
+    stage.done.write_text(json.dumps({"seconds": stage.seconds, "command": stage.command, **stage.provenance}, indent=1) + "\n")
     print(f"[{stage.name}] done in {stage.seconds:.0f} s", flush=True)
     return stage
 
@@ -398,7 +402,20 @@ def when_where_how(script: str, argv: list[str] | None, jobs: int, started: floa
             "machine": hardware(jobs, max(1, (os.cpu_count() or 1) // jobs)) + f"; {cpu_kind()}",
             "command": f"python benchmarks/{script} " + " ".join(argv if argv is not None else sys.argv[1:]),
             "wall": f"{(time.perf_counter() - started) / 60:.1f} min this invocation; stages: "
-                    + ", ".join(f"{s.name} {s.seconds / 60:.1f} min" + (" (earlier)" if s.cached else "") for s in stages)}
+                    + ", ".join(f"{s.name} {s.seconds / 60:.1f} min" + (" (earlier)" if s.cached else "") for s in stages),
+            "stages": {s.name: s.provenance or {} for s in stages}}
+
+
+def tree_commit() -> str | None:
+    """The commit of the code a stage runs, with "+changes" when the work tree differs from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        return commit and commit + ("+changes" if git("status", "--porcelain", "--untracked-files=no", "--", "src", "benchmarks") else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def cpu_kind() -> str:
@@ -407,6 +424,8 @@ def cpu_kind() -> str:
         flags = set(Path("/proc/cpuinfo").read_text().split())
     except OSError:
         return "CPU flags unknown"
+    if "amx_bf16" in flags:
+        return "AMX (amx_bf16, avx512_bf16)"
     return "avx512_bf16" if "avx512_bf16" in flags else ("AVX2, no avx512_bf16" if "avx2" in flags else "no AVX2")
 
 
