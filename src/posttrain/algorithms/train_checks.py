@@ -57,7 +57,7 @@ def reward_notes(recipe, train_dataset) -> list[str]:
     if getattr(training, "environment", None):
         return ["rewards: not tried before training (with training.environment TRL passes them the environments, built when the run starts)"]
     if train_dataset is None or not len(train_dataset):
-        return ["rewards: not tried (the data is read by train)"]
+        return ["rewards: train calls them on the first data rows before it loads the model (validate does not download the data)"]
     try:
         rewards = [(key, get_reward(spec.name, **spec.options)) for key, spec in functions]
     except ValueError as e:  # preflight has named it already; here for a caller without preflight

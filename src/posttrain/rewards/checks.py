@@ -191,7 +191,7 @@ def trial(rewards: list[tuple[str, Callable]], rows: list[dict], rows_from: str,
         notes += [f"{name} returned None for all {n} trial completions; other rewards score them" for name in all_none]
     if faults:
         raise ValueError("\n".join(faults) + f"\n  posttrain called each reward as TRL will, before loading the model, on {n} made-up "
-                         f"completions ({len(TRIAL_COMPLETIONS)} for each of the first {len(set(row_of))} rows of {rows_from}); a reward "
+                         f"completions, {len(TRIAL_COMPLETIONS)} for each of the first {len(set(row_of))} rows of {rows_from}. A reward "
                          "must return one float per completion (None: no reward for it), for any text a model may write, empty included.")
     return notes
 
