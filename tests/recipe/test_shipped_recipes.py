@@ -67,14 +67,14 @@ def test_the_families_users_bring_have_sft_dpo_and_grpo_recipes():
     assert not any("accelerate launch --config_file" in p.read_text() for p in RECIPES)
 
 
-def test_the_wheel_carries_every_recipe_template_and_example_file():
-    """pyproject.toml's data-files put recipes/ and examples/data/ in the wheel, one glob per folder and file kind:
-    a new folder or file kind must be listed there, or the wheel would ship without it (tests/e2e/test_wheel.py runs one)."""
-    import glob
+def test_the_wheel_carries_every_recipe_template_example_and_guide_file():
+    """The package posttrain.shipped links to recipes/, examples/ and docs/, and pyproject.toml's package-data takes
+    every file under each link, so a new folder or file kind ships without a new line; tests/e2e/test_wheel.py checks
+    the built wheel's own list against these folders."""
     import tomllib
 
-    listed = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
-    carried = {Path(f) for patterns in listed.values() for pattern in patterns for f in glob.glob(str(REPO / pattern))}
-    shipped = {p for part in ("recipes", "examples/data") for p in (REPO / part).rglob("*") if p.is_file() and "__pycache__" not in p.parts}
-    assert shipped - carried == set()
-    assert all(target == f"share/posttrain/{Path(patterns[0]).parent}" for target, patterns in listed.items())
+    package = REPO / "src" / "posttrain" / "shipped"
+    patterns = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["posttrain"]
+    for folder in ("recipes", "examples", "docs"):
+        assert (package / folder).is_symlink() and (package / folder).resolve() == REPO / folder, folder
+        assert f"shipped/{folder}/**/*" in patterns, folder
