@@ -65,6 +65,20 @@ def test_all_truncated():
     assert "max_completion_length=32" in flag.detail
 
 
+def test_all_truncated_fires_on_a_run_shorter_than_its_window():
+    """A 3-step run whose every completion was cut: the window (10) is capped by the run's length."""
+    cut = [{"step": s, "completions/clipped_ratio": 1.0, "frac_reward_zero_std": 0.5} for s in range(1, 4)]
+    [flag] = check_health(cut, window=10, run_steps=3)
+    assert (flag.name, flag.first_step, flag.last_step) == ("all_truncated", 1, 3)
+    assert check_health(cut, window=10) == []  # length unknown (a run still going): three steps are no verdict
+    assert check_health(cut, window=10, run_steps=20) == []  # 3 of 20 steps so far
+    one_finished = [*cut[:2], {**cut[2], "completions/clipped_ratio": 0.75}]
+    assert check_health(one_finished, window=10, run_steps=3) == []
+    # the cap is all_truncated's alone: three steps of identical rewards are too few for no_learning_signal
+    flat = [{**r, "frac_reward_zero_std": 1.0} for r in cut]
+    assert names(check_health(flat, window=10, run_steps=3)) == ["all_truncated"]
+
+
 def test_length_collapse_and_explosion():
     collapse = healthy(completions__mean_length=lambda s: 40.0 if s < 15 else 5.0)
     assert [(f.name, f.first_step) for f in check_health(collapse, window=5)] == [("length_collapse", 15)]
@@ -261,3 +275,18 @@ def test_a_resumed_run_keeps_its_baselines_and_does_not_report_old_flags_again(t
     assert any("length_collapse" in line for line in printed) is False  # it too fired before the checkpoint (step 15)
     cut, _, _ = run(stream[15:], 15, None)  # what the resumed run saw before: no baseline of 40
     assert "length_collapse" not in [f.name for f in cut.flags]
+
+
+def test_report_caps_the_window_by_the_run_length_too(tmp_path, capsys):
+    """`posttrain report` on a finished 3-step run (trl_config.json's max_steps) whose every completion was cut."""
+    import json
+
+    from posttrain.cli import main
+
+    run = tmp_path / "short"
+    run.mkdir()
+    (run / "trl_config.json").write_text(json.dumps({"num_generations": 4, "max_steps": 3, "max_completion_length": 8}))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 0.0, "reward": 0.5, "completions/clipped_ratio": 1.0,
+                                                           "completions/mean_length": 8.0}) + "\n" for s in (1, 2, 3)))
+    assert main(["report", str(run)]) == 0
+    assert "all_truncated (steps 1-3): every completion was cut at the length limit (max_completion_length=8)" in capsys.readouterr().out

@@ -130,6 +130,7 @@ class RunMonitor(TrainerCallback):
     # -- timing -----------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
         self._last_tokens = 0.0 if state.global_step == 0 else None  # after a resume, the first interval is skipped
+        self.health.set_run_steps(state.max_steps)  # a run shorter than the window still gets all_truncated
         if state.global_step > 0:
             self._resume_health(state.global_step)
         model = kwargs.get("model")

@@ -101,11 +101,15 @@ def run_health(run: RunMetrics) -> list:
     crashed, gets them too) with the run's own window."""
     from posttrain.monitoring.health import check_health
 
-    max_len = None
+    max_len = max_steps = None
     config = run.path / "trl_config.json"
     if config.is_file():
-        max_len = json.loads(config.read_text()).get("max_completion_length")
-    return check_health(run.records, rl=run.rl, window=run.window, max_completion_length=max_len)
+        trl = json.loads(config.read_text())
+        max_len, max_steps = trl.get("max_completion_length"), trl.get("max_steps")
+    if not isinstance(max_steps, int) or max_steps <= 0:  # an epoch-based run: its length once it finished
+        max_steps = (run.summary or {}).get("global_step")
+    return check_health(run.records, rl=run.rl, window=run.window, max_completion_length=max_len,
+                        run_steps=max_steps if isinstance(max_steps, int) else None)
 
 
 def render_health_and_speed(runs: list[RunMetrics]) -> str:

@@ -31,7 +31,8 @@ FLAGS: dict[str, tuple[str, str]] = {
                            "nothing to learn from (loss and grad-norm ~0)",
                            "frac_reward_zero_std >= 0.999 (or reward_std = 0) for `window` steps"),
     "all_truncated": ("every completion hit max_completion_length: answers are cut off, so rewards that need a closed "
-                      "answer cannot be earned", "completions/clipped_ratio >= 0.999 for `window` steps"),
+                      "answer cannot be earned", "completions/clipped_ratio >= 0.999 for `window` steps, or for every step "
+                      "of a run shorter than that"),
     "length_collapse": ("completions shrank to a fraction of their starting length (the policy found that saying "
                         "little pays)", "mean completion length < 0.25 x its mean over the first `window` steps, for `window` steps"),
     "length_explosion": ("completions grew far past their starting length",
@@ -242,7 +243,8 @@ class HealthTracker:
     streaks continue where they were instead of starting again from the resumed segment.
     """
 
-    def __init__(self, *, rl: bool = True, window: int = 10, max_completion_length: int | None = None):
+    def __init__(self, *, rl: bool = True, window: int = 10, max_completion_length: int | None = None,
+                 run_steps: int | None = None):
         if window < 1:
             raise ValueError(f"window must be at least 1 step, got {window}")
         self.rl, self.window, self.max_completion_length = rl, window, max_completion_length  # rl: the algorithm's row (recipe/algorithms.py)
@@ -254,6 +256,7 @@ class HealthTracker:
             EMPTY_THINK_KEY: _Streak(lambda v: v >= EMPTY_THINK_SHARE, w), "tools/use_rate": _Streak(lambda v: v == 0, w),
             "tools/error_rate": _Streak(lambda v: v >= TOOL_ERROR_SHARE, w),
         }
+        self.set_run_steps(run_steps)
         self.lengths = _AgainstStart(w, {"length_collapse": lambda v, base: v < LENGTH_COLLAPSE * base,
                                          "length_explosion": lambda v, base: v > LENGTH_EXPLOSION * base})
         self.entropy = _AgainstStart(w, {"entropy_collapse": lambda v, base: v < ENTROPY_FRACTION * base and v < ENTROPY_FLOOR})
@@ -263,6 +266,13 @@ class HealthTracker:
         self.zero_lr = _Occurrences(lambda v: v == 0)
         self.last_lr: tuple[int, float] | None = None  # the latest learning rate waits: a schedule may end at 0
         self.held_out = HeldOutFall()
+
+    def set_run_steps(self, steps: int | None) -> None:
+        """The run's planned length (TrainerState.max_steps). all_truncated's window is capped by it: in a run
+        shorter than the window, every completion of every step cut off is the run's whole story, not too
+        little evidence. The other windowed flags keep their window (a short run's flat rewards are no verdict)."""
+        if steps is not None and steps > 0:
+            self.streaks["completions/clipped_ratio"].window = min(self.window, steps)
 
     def add(self, record: dict) -> None:
         if "train_runtime" in record or any(k.startswith("eval_") for k in record):
@@ -373,9 +383,10 @@ class HealthTracker:
 
 
 def check_health(records: list[dict], *, rl: bool = True, window: int = 10,
-                 max_completion_length: int | None = None) -> list[Flag]:
-    """Every flag the records raise, in FLAGS order (a HealthTracker fed all of them). RL flags apply to RL runs only (rl=True)."""
-    tracker = HealthTracker(rl=rl, window=window, max_completion_length=max_completion_length)
+                 max_completion_length: int | None = None, run_steps: int | None = None) -> list[Flag]:
+    """Every flag the records raise, in FLAGS order (a HealthTracker fed all of them). RL flags apply to RL runs only (rl=True).
+    run_steps: the run's planned length, when known (HealthTracker.set_run_steps)."""
+    tracker = HealthTracker(rl=rl, window=window, max_completion_length=max_completion_length, run_steps=run_steps)
     for record in records:
         tracker.add(record)
     return tracker.flags()
