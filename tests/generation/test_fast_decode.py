@@ -113,6 +113,29 @@ def test_same_seed_same_samples_and_top_k_1_is_greedy(tiny):
     assert torch.equal(decode(model, ids, mask, config(tokenizer, max_new_tokens=10, do_sample=True, temperature=0.8, top_k=1)), greedy)
 
 
+def test_a_rows_samples_do_not_depend_on_when_the_others_finish(tiny):
+    """Finished rows leave the batch, yet each row draws the uniforms it drew when every row ran to the
+    cap: seeded alike, the rows that do not stop sample the same tokens with or without the stop token."""
+    model, tokenizer = tiny
+    ids, mask = batch(tokenizer, QUESTIONS, copies=2)
+    width = ids.shape[1]
+
+    def seeded(cfg):
+        torch.manual_seed(3)
+        return decode(model, ids, mask, cfg)[:, width:]
+
+    cfg = config(tokenizer, max_new_tokens=12, do_sample=True, temperature=1.0, top_k=0)
+    free = seeded(cfg)
+    stop = int(free[0, 2])  # row 0 stops at its third token
+    cfg.eos_token_id = [tokenizer.eos_token_id, stop]
+    stopped = seeded(cfg)
+    ended = [k for k, row in enumerate(free.tolist()) if stop in row[:-1] or tokenizer.eos_token_id in row[:-1]]
+    running = [k for k in range(len(free)) if k not in ended]
+    assert 0 in ended and running, "some rows finish early while others run on"
+    assert torch.equal(stopped[running], free[running])
+    assert (stopped[0, 3:] == tokenizer.pad_token_id).all()
+
+
 def test_sampling_distribution_matches_generate(tiny):
     """Independent draws (different seeds) from both: the joint distribution of the first two sampled
     tokens (top_k=3, so 9 cells) must agree; a chi-square test of homogeneity, 1,200 draws each."""

@@ -14,6 +14,9 @@ does about each (benchmarks/rollout_speed.py measures it side by side):
 - **no cache copies**: keys and values go into buffers sized for the whole generation
   (`preallocated_cache`; the default cache concatenates, copying every layer's cache per token);
 - **logits only where they are sampled**: the prefill asks the model for the last position's logits;
+- **finished rows leave the batch**: a row that emitted a stop token is dropped from the cache, the mask
+  and every later step (`generate` keeps computing it, and an evaluation batch then costs its longest
+  answer times its rows); the rows left compute what they computed beside it;
 - **one uniform draw per row on a CPU** (`sample`: the inverse of the cumulative distribution) instead of
   `torch.multinomial`'s exponential draw for every vocabulary entry: 14 ms of a 16-row SmolLM2
   decode step on one avx512 core (28 ms on AVX2) against 0.7 ms. The same distribution, not the same
@@ -22,8 +25,9 @@ does about each (benchmarks/rollout_speed.py measures it side by side):
 What stays the same as `generate`: the model's own forward (any architecture transformers runs with
 a KV cache), left padding with position ids from the attention mask, the logits processors
 (transformers' own temperature / top-k / top-p / min-p warpers, applied in `generate`'s order to
-float32 logits), draws from the global RNG, eos handling (a finished row continues with pad) and the
-returned shape. So greedy tokens are `generate`'s up to float32 rounding, and samples come from the
+float32 logits), draws from the global RNG (one per row and step, whether or not the row is still
+decoding, so a row's samples do not depend on when the others finish), eos handling (a finished row is
+padded) and the returned shape. So greedy tokens are `generate`'s up to float32 rounding, and samples come from the
 same distribution (tests/generation/test_fast_decode.py). Anything else in the generation config (beams,
 repetition penalty, min_new_tokens, suppressed tokens, streamers, ...) is not implemented here:
 `unsupported` names it and the caller uses `generate` itself.
@@ -103,11 +107,13 @@ def prompt_groups(input_ids, attention_mask):
     return unique, torch.tensor(inverse, device=input_ids.device)
 
 
-def decode(model, input_ids, attention_mask, generation_config, *, weights: bool = True):
+def decode(model, input_ids, attention_mask, generation_config, *, weights: bool = True, on_step=None):
     """The sequences `model.generate(input_ids=..., attention_mask=..., generation_config=...)`
     returns (prompt followed by new tokens, finished rows padded), for a config `unsupported`
     accepts. `weights=False` keeps the model's own linear layers (no packing; a caller that packs
-    once around many calls passes it)."""
+    once around many calls passes it). `on_step(tokens, finished)`, if given, is called after each
+    decoded token with the tokens that step made (one per row still decoding) and the rows it
+    finished (a stop token, or the last step): what a progress bar counts."""
     import torch
 
     from posttrain.generation.inference_weights import inference_linears
@@ -131,42 +137,54 @@ def decode(model, input_ids, attention_mask, generation_config, *, weights: bool
             cache.reorder_cache(inverse)
         logits = out.logits[inverse, -1].float()
         width = input_ids.shape[1]
+        sequences = input_ids.new_full((batch, width + config.max_new_tokens), pad)  # finished rows stay padded
+        sequences[:, :width] = input_ids
         full_mask = attention_mask.new_ones(batch, width + config.max_new_tokens)
         full_mask[:, :width] = attention_mask
         position = attention_mask.long().sum(-1, keepdim=True) - 1
-        sequences = input_ids
-        unfinished = torch.ones(batch, dtype=torch.bool, device=input_ids.device)
+        rows = torch.arange(batch, device=input_ids.device)  # the rows still decoding: the cache's, mask's and logits' rows
+        end = width - 1
         for step in range(config.max_new_tokens):
-            scores = chain(sequences, logits)
+            end = width + step
+            scores = chain(sequences[rows, :end], logits)
             if config.do_sample:
-                token = sample(torch.softmax(scores, dim=-1))
+                token = sample(torch.softmax(scores, dim=-1), rows=rows, batch=batch)
             else:
                 token = scores.argmax(-1)
-            token = torch.where(unfinished, token, torch.full_like(token, pad))
-            sequences = torch.cat([sequences, token[:, None]], dim=-1)
-            unfinished &= ~torch.isin(token, stop)
-            if not unfinished.any() or step + 1 == config.max_new_tokens:
+            sequences[rows, end] = token
+            last = step + 1 == config.max_new_tokens
+            finished = torch.isin(token, stop)
+            if on_step is not None:
+                on_step(len(rows), len(rows) if last else int(finished.sum()))
+            if last or finished.all():
                 break
+            if finished.any():  # drop them: they would cost every later step a row of compute
+                keep = (~finished).nonzero().squeeze(1)
+                rows, token, position, full_mask = rows[keep], token[keep], position[keep], full_mask[keep]
+                cache.reorder_cache(keep)
             position = position + 1
-            out = model(input_ids=token[:, None], attention_mask=full_mask[:, :sequences.shape[1]], position_ids=position,
+            out = model(input_ids=token[:, None], attention_mask=full_mask[:, :end + 1], position_ids=position,
                         use_cache=True, **{forward_kwargs["cache"]: cache}, **forward_kwargs["extra"])
             logits = out.logits[:, -1].float()
-    return sequences
+    return sequences[:, :end + 1]
 
 
-def sample(probs):
+def sample(probs, rows=None, batch: int | None = None):
     """One token per row of `probs` (rows of a distribution, zeros where a warper removed a token).
     On a CPU: by inverting the cumulative distribution with one uniform per row. CPU cumsum adds in
     float64 in order, so a token's share of [0, total) is its probability up to one float32 rounding
-    and a token of probability 0 has none: it is never drawn. Elsewhere `torch.multinomial`, whose
-    exponential draws are cheap on a GPU, and whose parallel cumsum would not give that guarantee."""
+    and a token of probability 0 has none: it is never drawn. `rows` (of a `batch`): the batch rows
+    `probs` holds; uniforms are drawn for the whole batch and theirs used, so a row draws the same
+    numbers however many rows are left. Elsewhere `torch.multinomial`, whose exponential draws are
+    cheap on a GPU, and whose parallel cumsum would not give that guarantee."""
     import torch
 
     if probs.device.type != "cpu":
         return torch.multinomial(probs, num_samples=1).squeeze(1)
     cdf = probs.cumsum(-1)
     total = cdf[:, -1:]
-    u = torch.minimum(torch.rand_like(total) * total, torch.nextafter(total, torch.zeros_like(total)))  # u < total
+    uniform = torch.rand_like(total) if rows is None else torch.rand(batch, 1, dtype=total.dtype)[rows]
+    u = torch.minimum(uniform * total, torch.nextafter(total, torch.zeros_like(total)))  # u < total
     return torch.searchsorted(cdf, u, right=True).squeeze(1)  # the first token whose running sum exceeds u
 
 
@@ -228,8 +246,12 @@ def _preallocated_layer_class():
             return self.keys, self.values
 
         def reorder_cache(self, beam_idx):
-            self.key_buffer = self.key_buffer.index_select(0, beam_idx)
-            self.value_buffer = self.value_buffer.index_select(0, beam_idx)
+            """Rows repeated (a group's prefill) or dropped (finished rows): only the filled part is copied."""
+            for name in ("key_buffer", "value_buffer"):
+                old = getattr(self, name)
+                new = old.new_empty(len(beam_idx), *old.shape[1:])
+                new[:, :, :self.filled] = old[:, :, :self.filled].index_select(0, beam_idx)
+                setattr(self, name, new)
             self.keys, self.values = self.key_buffer[:, :, :self.filled], self.value_buffer[:, :, :self.filled]
 
     return PreallocatedLayer
