@@ -34,7 +34,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     e = parser.add_argument_group("engines (each flag applies to the models it fits)")
     e.add_argument("--batch-size", type=COUNT, help="local models: prompts per batch (default: 64 on a CPU, 16 on a GPU)")
     e.add_argument("--decoder", choices=["posttrain", "transformers"], help="local models: posttrain's decoding loop "
-                   "(default; pre-packed CPU weights, no cache copies: docs/guides/rollouts.md) or transformers' generate; "
+                   "(default; pre-packed CPU weights, no cache copies: `posttrain docs rollouts`) or transformers' generate; "
                    "the same tokens up to float32 rounding")
     e.add_argument("--no-chat-template", action="store_true", default=None, help="local/vLLM models: send plain-string prompts raw instead of as a user turn in the chat template")
     e.add_argument("--base-url", help="API models: API root, e.g. http://localhost:8000/v1 for an OpenAI-compatible server")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 
 from posttrain.errors import UserError
+from posttrain.shipped import CHATML_TOOLS, copy_hint
 
 
 class TemplateProblem(ValueError):
@@ -146,7 +147,7 @@ def template_error(problem: TemplateProblem, where: str, row: int, model: str) -
         return UserError(
             f"{where}, row {row}{turn}: {problem.message}. The chat template of {model} would train on these chats without "
             "their tools. Fix: give a template that renders tools and tool calls (training.chat_template_path=<file.jinja>; "
-            "for ChatML models such as SmolLM2: recipes/templates/chatml-tools.jinja).")
+            f"for ChatML models such as SmolLM2: {copy_hint(CHATML_TOOLS)}).")
     return UserError(
         f"{where}, row {row}{turn}: {problem.message}. The chat template of {model} cannot be trained with loss on the "
         "assistant's turns. Fix: give a template that renders these chats as they are (training.chat_template_path="

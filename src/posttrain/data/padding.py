@@ -78,7 +78,7 @@ def padding_note(dataset, args, device_kind: str, advise: bool = True) -> str | 
         return line
     if device_kind == "cpu":
         return (line + f"; on a CPU, training.per_device_train_batch_size=1 training.gradient_accumulation_steps={accumulation} "
-                f"trains the same {what} per step with none (faster on long rows, slower on short ones: docs/guides/cpu-performance.md)")
+                f"trains the same {what} per step with none (faster on long rows, slower on short ones: `posttrain docs cpu-performance`)")
     if device_kind == "cuda" and not pairs:
-        return line + "; model.attn_implementation=flash_attention_2 makes SFT batches padding-free (docs/guides/cpu-performance.md)"
+        return line + "; model.attn_implementation=flash_attention_2 makes SFT batches padding-free (`posttrain docs cpu-performance`)"
     return line

@@ -28,8 +28,7 @@ import json
 
 from posttrain.data.chat_masks import TemplateProblem, _common_prefix, assistant_spans
 from posttrain.errors import UserError
-
-CHATML_TOOLS = "recipes/templates/chatml-tools.jinja"
+from posttrain.shipped import CHATML_TOOLS, copy_hint
 
 
 def _call(name: str, arguments: dict) -> dict:
@@ -92,7 +91,7 @@ def check_tool_template(tokenizer, model: str, schemas: list[dict]) -> list[str]
     notes: list[str] = []
     if not getattr(tokenizer, "chat_template", None):
         raise UserError(f"training.tools: {model} has no chat template, so tools cannot be offered to it. Fix: "
-                        f"training.chat_template_path=<file.jinja> (for ChatML models: {CHATML_TOOLS}).")
+                        f"training.chat_template_path=<file.jinja> (for ChatML models: {copy_hint(CHATML_TOOLS)}).")
     _check_renders_tools(tokenizer, model, schemas)
     problem = history_problem(tokenizer, schemas)
     if problem is not None or not is_chat_template_prefix_preserving(tokenizer):
@@ -109,7 +108,7 @@ def check_tool_template(tokenizer, model: str, schemas: list[dict]) -> list[str]
                 "tokens as generated and cuts each tool result out of a re-rendered conversation, so with this template "
                 "the tokens trained on would not be the tokens the model saw. Fix: a template that renders every earlier "
                 "turn exactly as it was generated (keeps earlier <think> blocks, adds nothing that depends on later "
-                f"turns): training.chat_template_path=<file.jinja> (for ChatML models: {CHATML_TOOLS}).")
+                f"turns): training.chat_template_path=<file.jinja> (for ChatML models: {copy_hint(CHATML_TOOLS)}).")
     notes += _ensure_tool_call_parser(tokenizer, model, schemas)
     return notes
 
@@ -117,7 +116,7 @@ def check_tool_template(tokenizer, model: str, schemas: list[dict]) -> list[str]
 def _check_renders_tools(tokenizer, model: str, schemas: list[dict]) -> None:
     messages = probe_conversation(schemas)
     fix = (f"Fix: a template that renders tools, tool calls and tool results: training.chat_template_path=<file.jinja> "
-           f"(for ChatML models such as SmolLM2: {CHATML_TOOLS}).")
+           f"(for ChatML models such as SmolLM2: {copy_hint(CHATML_TOOLS)}).")
     try:
         full, _ = assistant_spans(tokenizer, messages, schemas)
     except TemplateProblem as e:

@@ -38,7 +38,7 @@ class ModelSection(Section):
     lora_alpha: StrictInt = Field(32, ge=1, description="LoRA scaling numerator (scale = alpha / r).")
     lora_dropout: float = Field(0.05, ge=0.0, lt=1.0, description="Dropout on the LoRA input (TRL's default). On a CPU "
                                 "its random masks cost time: a SmolLM2 LoRA step was 1.3x faster or more with 0 "
-                                "(docs/results/cpu-training-passes.md).")
+                                "(`posttrain docs cpu-training-passes`).")
     lora_target_modules: list[str] | Literal["all-linear"] = Field(
         "all-linear", description="Modules that get adapters: 'all-linear' or a list of names such as [q_proj, v_proj]."
     )

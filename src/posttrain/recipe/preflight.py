@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 from posttrain.data.splits import DATA_SUFFIXES, looks_local
+from posttrain.shipped import CHATML_TOOLS, copy_hint
 
 from .errors import Problem, RecipeError
 from .schema import Recipe
@@ -296,7 +297,7 @@ def reward_model_problems(training) -> list[Problem]:
             continue
         if problem:
             out.append(Problem(key, f"{name!r} is {problem}. Train a reward model with training.algorithm=reward "
-                                    "(recipes/reward/tiny-cpu.yaml) and give its output_dir; a function reward goes under `name:`."))
+                                    "(`posttrain recipes copy reward/tiny-cpu`) and give its output_dir; a function reward goes under `name:`."))
     return out
 
 
@@ -334,7 +335,7 @@ def tool_problems(training) -> list[Problem]:
     template = getattr(training, "chat_template_path", None)
     if template is not None and not Path(template).expanduser().is_file():
         out.append(Problem("training.chat_template_path", f"{template!r} is not a file (relative paths are from {os.getcwd()}); "
-                                                          "give a Jinja template file, e.g. recipes/templates/chatml-tools.jinja."))
+                                                          f"give a Jinja template file, e.g. {copy_hint(CHATML_TOOLS)}."))
     if getattr(training, "uses_tools", False):
         from posttrain.tools.probe import probe
 

@@ -75,12 +75,12 @@ class RLTrainingBase(TrainingBase):
     rollout_engine: Literal["posttrain", "transformers"] | None = Field(
         None,
         description="What generates the completions when use_vllm is off; unset: 'posttrain' on a CPU, 'transformers' on "
-        "a GPU (posttrain's loop has not been measured on one: benchmarks/gpu_check.sh). 'posttrain': posttrain's decoding loop "
+        "a GPU (posttrain's loop has not been measured on one). 'posttrain': posttrain's decoding loop "
         "(generation/decoding.py: CPU weights pre-packed and kept while unchanged, LoRA without dropout, each prompt "
         "prefilled once for its group, no cache copies, one uniform draw per row on a CPU; greedy tokens as transformers' "
         "generate's up to float32 rounding, samples from the same distribution (not the same draws), without LoRA "
         "dropout), falling back to generate for settings it does not implement (said at start-up). 'transformers': "
-        "TRL's own model.generate. docs/guides/rollouts.md has the measurements.",
+        "TRL's own model.generate. `posttrain docs rollouts` has the measurements.",
     )
     rewards: list[RewardSpec] = Field(
         min_length=1,
@@ -121,7 +121,8 @@ class RLTrainingBase(TrainingBase):
     chat_template_path: str | None = Field(
         None,
         description="A Jinja chat template file to use instead of the tokenizer's; it is saved with the trained model. "
-        "For tools on a ChatML model whose template ignores them (SmolLM2): recipes/templates/chatml-tools.jinja.",
+        "For tools on a ChatML model whose template ignores them (SmolLM2): recipes/templates/chatml-tools.jinja, "
+        "which `posttrain recipes copy recipes/templates/chatml-tools.jinja` puts here.",
     )
 
     def trl_kwargs(self) -> dict[str, Any]:

@@ -103,7 +103,7 @@ class TrainingBase(Section):
     stop_on: list[Literal[tuple(FLAGS)]] = Field(
         default_factory=list,
         description="Health flags that stop the run (saving a checkpoint where it stops), e.g. [no_learning_signal]: "
-        "every flag is always checked and printed; these also end the run. docs/guides/grpo.md (Run health) gives each flag's threshold.",
+        "every flag is always checked and printed; these also end the run. `posttrain docs grpo` (Run health) gives each flag's threshold.",
     )
     health_window: StrictInt = Field(
         10, ge=1,
