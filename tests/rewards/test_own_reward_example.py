@@ -129,3 +129,24 @@ def test_the_guides_recipe_trains_with_the_reward_beside_it(cli, tmp_path):
     assert [r["step"] for r in scored] == [1, 2]
     assert all(0.0 <= r["rewards/exact_number/mean"] <= 1.0 for r in scored)
     assert all("rewards/format/mean" in r for r in scored)  # the built-in beside it
+
+
+def test_the_guides_code_runs_on_its_own_and_is_the_shipped_files(my_reward):
+    """The guide's python block is self-contained (its helpers shown, `posttrain recipes copy` ships the file): run
+    alone it scores every case as above, and each function in it is the shipped file's, docstrings aside."""
+    import ast
+
+    shown = {}
+    exec(guide_block("python"), shown)
+    assert [shown["exact_number"]([chat(text)], answer=[gold]) for _, text, gold, _ in CASES] == [[e] for *_, e in CASES]
+
+    def functions(source: str) -> dict[str, str]:
+        found = {}
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.FunctionDef):
+                if isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+                    node.body = node.body[1:]
+                found[node.name] = ast.dump(node)
+        return found
+
+    assert functions(guide_block("python")) == functions(EXAMPLE.read_text())
