@@ -124,6 +124,9 @@ INTERNALS = [
              "the CPU micro-batch split (algorithms/micro_batching.py): the batch size the dataloader takes, read from the "
              "args when the trainer was built", ("sft", "dpo"), "batch_size=self._train_batch_size", instance=True),
     *_rl_trainer("trl.trainer.grpo_trainer", "GRPOTrainer", "grpo"),
+    Internal("transformers.trainer", "Trainer", "_save_checkpoint",
+             "a checkpoint of the last finished step when a reward fails mid-run (algorithms/run.py save_at_fault), "
+             "written as the Trainer's own save at that step would write it", ("grpo", "rloo"), "self._save_checkpoint("),
     Internal("trl.trainer.grpo_trainer", "GRPOTrainer", "_tool_call_loop",
              "tool-call counts and health flags of runs with tools (algorithms/tool_use.py)", ("grpo",),
              "self._tool_call_loop(", returns=("tool_mask", "completions", "completion_ids", "logprobs", "tool_call_count",

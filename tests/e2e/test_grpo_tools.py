@@ -58,6 +58,7 @@ def train_scripted(tmp_path, overrides: list[str], first_turns: list[str]) -> tu
         "training.health_window=2", "data.datasets[0].name=" + str(HERE.parents[1] / "examples/data/problems.jsonl"),
         "data.max_prompt_length=400", "data.max_drop_fraction=1", *overrides])  # the environment's tool schemas make most prompts long
     run, trainer = build_run(loaded)
+    log.unlink(missing_ok=True)  # the reward's trial call before the model loaded (made-up completions): only rollouts count here
     try:
         script_generation(trainer, first_turns)
         trainer.train()

@@ -80,8 +80,9 @@ def test_train_refuses_a_faulty_reward_before_the_model_loads(cli, repo, folder,
     assert "rollouts:" not in result.stdout  # the trainer was never built
 
 
-def test_a_reward_that_breaks_mid_run_stops_it_in_one_line_and_the_last_checkpoint_resumes(cli, repo, folder, data_dir):
-    small = ("training.save_steps=1", "training.max_steps=3", "training.num_generations=2", "training.per_device_train_batch_size=4",
+def test_a_reward_that_breaks_mid_run_stops_it_in_one_line_and_the_last_step_resumes(cli, repo, folder, data_dir):
+    # no periodic checkpoint before the fault (save_steps=100): the last finished step is saved when the reward breaks
+    small = ("training.save_steps=100", "training.max_steps=3", "training.num_generations=2", "training.per_device_train_batch_size=4",
              "training.max_completion_length=8")
     result = cli("train", *args(repo, folder, data_dir, "fails_from_step_2", *small), cwd=folder)
     assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
@@ -89,16 +90,21 @@ def test_a_reward_that_breaks_mid_run_stops_it_in_one_line_and_the_last_checkpoi
     assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert errors[0].startswith(f"error: reward training.rewards[0] (fails_from_step_2, faulty_rewards.py:{line('raise RuntimeError')}) "
                                 "raised RuntimeError: the grader is down at step 2, on completion 0 of 4 (")
-    assert f"; checkpoint-1 is kept in {folder / 'run'}: fix the reward and resume with `posttrain train" in errors[0]
+    assert f"; checkpoint-1 (the last finished step) is saved in {folder / 'run'}: fix the reward and resume with `posttrain train" in errors[0]
     assert errors[0].endswith(" (--verbose shows the traceback)")
     assert [p.name for p in (folder / "run").glob("checkpoint-*")] == ["checkpoint-1"]
+    # the Trainer's own checkpoint (optimizer and schedule included), with posttrain's recipe and segments in it
+    saved = {p.name for p in (folder / "run" / "checkpoint-1").iterdir()}
+    assert {"trainer_state.json", "optimizer.pt", "scheduler.pt", "posttrain_recipe.yaml", "posttrain_segments.json"} <= saved, saved
     assert not (folder / "run" / "run_summary.json").exists()  # not finished
 
-    # the command it prints resumes from checkpoint-1 (the reward still breaks at step 2: --verbose shows where)
+    # the command it prints resumes from checkpoint-1, which the second fault keeps (--verbose: the traceback too)
     command = shlex.split(errors[0].split("resume with `")[1].split("`")[0])
     assert command[:2] == ["posttrain", "train"]  # resume_from_checkpoint is `auto` by default: the same command resumes
     again = cli(*command[1:], "--verbose", cwd=folder)
     assert again.returncode == 1, again.stderr[-3000:]
     assert "checkpoint-1" in again.stdout, again.stdout[-3000:]
     assert "Traceback" in again.stderr and 'raise RuntimeError("the grader is down")' in again.stderr
-    assert "error: reward training.rewards[0] (fails_from_step_2" in again.stderr and "at step 2," in again.stderr
+    error = next(l for l in again.stderr.splitlines() if l.startswith("error:"))
+    assert error.startswith("error: reward training.rewards[0] (fails_from_step_2") and "at step 2," in error
+    assert f"; checkpoint-1 is kept in {folder / 'run'}" in error

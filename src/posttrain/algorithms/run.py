@@ -98,9 +98,8 @@ def run_training(loaded_recipe: LoadedRecipe, argv: list[str] | None = None) -> 
         run.stop.install()
         try:
             result = trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
-        except RewardFault as fault:  # the user's reward failed mid-run: named in one line, the checkpoints kept
-            if is_main_process():
-                _report_reward_fault(run, trainer, fault)
+        except RewardFault as fault:  # the user's reward failed mid-run: named in one line (by the rank it failed on), the checkpoints kept
+            _report_reward_fault(run, trainer, fault)
             return EXIT_RUN_FAILED
         finally:
             run.stop.restore()
@@ -130,9 +129,9 @@ def run_training(loaded_recipe: LoadedRecipe, argv: list[str] | None = None) -> 
 
 
 def _report_reward_fault(run: Run, trainer, fault: Exception) -> None:
-    """A reward that raised (or returned what TRL cannot use) while training: one line naming it, the step, the
-    completion, the file and line (posttrain.rewards.checks.guarded), and the checkpoint the fixed run resumes from.
-    The traceback only with --verbose."""
+    """A reward that raised (or returned what TRL cannot use) while training: the last finished step saved
+    (`save_at_fault`), then one line naming the reward, the step, the completion, the file and line
+    (posttrain.rewards.checks.guarded) and the checkpoint the fixed run resumes from. The traceback only with --verbose."""
     from posttrain.log import verbose
 
     from .resume import newest_complete_checkpoint
@@ -143,16 +142,37 @@ def _report_reward_fault(run: Run, trainer, fault: Exception) -> None:
             bar.close()
     if verbose():
         traceback.print_exception(fault)
-    uploaded = run.storage.finish(run.output_dir, final=False)
+    saved = save_at_fault(run, trainer)
+    uploaded = run.storage.finish(run.output_dir, final=False) if is_main_process() else None
     if uploaded:
         log(uploaded)
     checkpoint, _ = newest_complete_checkpoint(run.output_dir)
     if checkpoint is None:
-        kept = f"no checkpoint was saved yet (training.save_steps={run.trl_config.save_steps}): fix the reward and train again"
+        kept = f"no checkpoint was saved (training.save_steps={run.trl_config.save_steps}): fix the reward and train again"
     else:
         again = command_with(run.argv, "training.resume_from_checkpoint", None if run.loaded_recipe.recipe.training.resume_from_checkpoint == "auto" else "auto")
-        kept = f"{checkpoint.name} is kept in {run.output_dir}: fix the reward and resume with `{again}`"
+        kept = f"{checkpoint.name} {'(the last finished step) is saved' if saved else 'is kept'} in {run.output_dir}: fix the reward and resume with `{again}`"
     print(f"error: {fault}; {kept}" + ("" if verbose() else " (--verbose shows the traceback)"), file=sys.stderr, flush=True)
+
+
+def save_at_fault(run: Run, trainer) -> bool:
+    """Save the last finished step when its checkpoint is not there yet (single process, save_strategy not 'no'):
+    whether it saved. The failed step never reached its optimizer step, so the weights, optimizer and schedule are
+    those of the last finished step, and the Trainer's own save writes them as it would have at that step's end (the
+    RNG state is the later one; gradients are never saved). With several processes the other ranks wait in the step's
+    reward gather, so a collective save would hang: the periodic checkpoints are what is kept there."""
+    from posttrain.internals import require
+
+    from .resume import newest_complete_checkpoint
+
+    step, args = trainer.state.global_step, trainer.args
+    newest, _ = newest_complete_checkpoint(run.output_dir)
+    if run.trl_config.world_size > 1 or step == 0 or getattr(args.save_strategy, "value", args.save_strategy) == "no" \
+            or (newest is not None and checkpoint_step(newest) >= step):
+        return False
+    require(trainer, "_save_checkpoint")(trainer.model_wrapped, trial=None)
+    trainer.control = trainer.callback_handler.on_save(args, trainer.state, trainer.control)  # posttrain's files in it, the upload
+    return True
 
 
 def _report_interrupted(run: Run, step: int) -> None:
