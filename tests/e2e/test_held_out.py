@@ -16,9 +16,19 @@ import pytest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-EVAL = "recipes/demo/data/eval.jsonl"
 SFT = ["train", "--recipe", "recipes/demo/sft.yaml", "training.max_steps=60", "training.logging_steps=5"]
-HELD_OUT = [f"held_out={{task: custom, data: {EVAL}, n: 40, every: 30, max_new_tokens: 8, pass_k: 2}}"]
+SYSTEM = "Sum in <answer> </answer> tags."  # the demo's system prompt
+
+
+def _trained_sums(root: Path) -> Path:
+    """40 of the sums the demo's SFT and GRPO data train on, as eval items. These tests check the machinery on
+    items the model learns within a minute; the demo's own held-out sums are ones no stage trains on."""
+    repo = Path(__file__).resolve().parents[2]
+    rows = [json.loads(line) for line in (repo / "recipes" / "demo" / "data" / "grpo.jsonl").read_text().splitlines()][:40]
+    path = root / "trained-sums.jsonl"
+    path.write_text("".join(json.dumps({"id": r["question"].replace(" ", ""), "answer": int(r["answer"]), "prompt": [
+        {"role": "system", "content": SYSTEM}, {"role": "user", "content": r["question"]}]}) + "\n" for r in rows))
+    return path
 
 
 def _records(run: Path) -> list[dict]:
@@ -37,7 +47,8 @@ def _ok(result):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, cli):
     root = tmp_path_factory.mktemp("held-out")
-    scored = _ok(cli(*SFT, f"training.output_dir={root / 'sft'}", *HELD_OUT))
+    scored = _ok(cli(*SFT, f"training.output_dir={root / 'sft'}",
+                     f"held_out={{task: custom, data: {_trained_sums(root)}, n: 40, every: 30, max_new_tokens: 8, pass_k: 2}}"))
     (root / "sft.log").write_text(scored.stdout + scored.stderr)
     _ok(cli(*SFT, f"training.output_dir={root / 'plain'}"))
     return root
@@ -62,7 +73,7 @@ def test_scores_are_logged_at_step_0_every_n_steps_and_the_last(runs):
 
 def test_the_last_score_is_what_posttrain_eval_gives_the_saved_model(runs, cli):
     out = runs / "eval"
-    _ok(cli("eval", "--model", str(runs / "sft"), "--task", "custom", "--data", EVAL, "--n", "40", "--max-new-tokens", "8",
+    _ok(cli("eval", "--model", str(runs / "sft"), "--task", "custom", "--data", str(runs / "trained-sums.jsonl"), "--n", "40", "--max-new-tokens", "8",
             "--no-progress", "--out", str(out)))
     evaluated = {r["id"]: r for r in map(json.loads, (out / "samples.jsonl").read_text().splitlines())}
     scored = {r["id"]: r for r in map(json.loads, (runs / "sft" / "held_out" / "step-60.jsonl").read_text().splitlines())}
@@ -73,6 +84,20 @@ def test_the_last_score_is_what_posttrain_eval_gives_the_saved_model(runs, cli):
 def test_scoring_changes_nothing_about_what_trains(runs):
     losses = lambda run: [(r["step"], r["loss"]) for r in _records(run) if "loss" in r]
     assert losses(runs / "sft") == losses(runs / "plain") and len(losses(runs / "plain")) == 12
+
+
+def test_scoring_changes_nothing_about_what_grpo_trains(runs, cli):
+    """GRPO samples its rollouts from the global generator: held-out scoring (greedy, and pass@k on a forked
+    generator) between its steps must leave every sampled completion, reward and loss as they were."""
+    grpo = ["train", "--recipe", "recipes/demo/grpo.yaml", f"model.base_model_name={runs / 'sft'}", "training.max_steps=4",
+            "training.per_device_train_batch_size=16", "training.stop_on=[]"]
+    _ok(cli(*grpo, f"training.output_dir={runs / 'grpo-scored'}",
+            f"held_out={{task: custom, data: {runs / 'trained-sums.jsonl'}, n: 20, every: 2, max_new_tokens: 8, pass_k: 2}}"))
+    _ok(cli(*grpo, f"training.output_dir={runs / 'grpo-plain'}", "held_out=null"))
+    trained = lambda run: [{k: v for k, v in r.items() if not k.startswith(("time/", "speed/")) and k != "step_time"}
+                           for r in _records(run) if "loss" in r]
+    assert len(_held_out(runs / "grpo-scored")) == 3 and not _held_out(runs / "grpo-plain")
+    assert trained(runs / "grpo-scored") == trained(runs / "grpo-plain") and len(trained(runs / "grpo-plain")) == 4
 
 
 def test_summary_report_card_and_best_model(runs, cli):
@@ -98,7 +123,7 @@ def test_a_run_made_to_regress_raises_the_flag_and_stops(runs, cli):
                      f"training.output_dir={out}", "training.learning_rate=0.05", "training.max_steps=12",
                      "training.per_device_train_batch_size=16", "training.save_strategy=steps", "training.save_steps=100",
                      "training.stop_on=[held_out_regression]",
-                     f"held_out={{task: custom, data: {EVAL}, n: 40, every: 2, max_new_tokens: 8}}"))
+                     f"held_out={{task: custom, data: {runs / 'trained-sums.jsonl'}, n: 40, every: 2, max_new_tokens: 8}}"))
     summary = json.loads((out / "run_summary.json").read_text()) if (out / "run_summary.json").is_file() else None
     bound = 0.05 / (2 * 6)  # alpha spent over 2 metrics x 6 planned evaluations (steps 2, 4, ..., 12)
     evaluations = _held_out(out)
@@ -120,7 +145,7 @@ def test_a_continued_run_keeps_comparing_with_its_own_step_0(runs, cli):
     evaluation is repeated, and the best model saved before the checkpoint stays unless a later step beats it."""
     out = runs / "continued"
     base = [*SFT[:3], f"training.output_dir={out}", "training.save_strategy=steps", "training.save_steps=20", "training.logging_steps=10",
-            f"held_out={{task: custom, data: {EVAL}, n: 40, every: 10, max_new_tokens: 8}}"]
+            f"held_out={{task: custom, data: {runs / 'trained-sums.jsonl'}, n: 40, every: 10, max_new_tokens: 8}}"]
     _ok(cli(*base, "training.max_steps=20"))
     first = _held_out(out)
     _ok(cli(*base, "training.max_steps=40"))
