@@ -28,7 +28,7 @@ FLOORS = {
     "algorithms": 9, "migrate": 9,
     "commands": 10,
     "cli": 11,
-    "__main__": 12,
+    "__main__": 12, "cli_reference": 12,  # cli_reference: the Commands page, generated from cli.build_parser
 }
 
 # The rules the design names explicitly (each also follows from the floors above).

@@ -21,4 +21,22 @@ def test_every_posttrain_key_is_on_the_page_once_with_its_description():
         for name, field in section.model_fields.items():
             assert page.count(f"| `{prefix}{name}` |") == 1, name
             assert " ".join((field.description or "").split())[:40] in page, name
-    assert "| `training.rewards[i].name` |" in page and "| grpo | `training.beta` | `0.04` |" in page
+    assert "| `training.rewards[i].name` |" in page and "| `training.beta` | grpo | `0.04` |" in page
+
+
+def test_no_key_name_is_split_in_a_table():
+    """Material breaks code anywhere (word-break: break-word); the site's stylesheet keeps a table's first column
+    whole, and every key table of the page puts the key there, so no key name splits mid-word."""
+    import re
+
+    import yaml
+
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    css = "".join((REPO / "docs" / path).read_text() for path in config["extra_css"])
+    rule = re.search(r"\.md-typeset td:first-child code\s*\{([^}]*)\}", css)
+    assert rule and "white-space: nowrap" in rule.group(1) and "word-break: normal" in rule.group(1)
+    for table in re.findall(r"(?:^\|.*\|\n)+", markdown(), flags=re.M):
+        header = table.splitlines()[0]
+        if "key" in header:
+            assert header.startswith("| key |"), header
+            assert all(re.match(r"\| `[^`\s]+` \|", row) for row in table.splitlines()[2:]), header

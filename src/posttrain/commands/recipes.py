@@ -9,8 +9,8 @@ from pathlib import Path
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "recipes", help="list the shipped recipes, or copy one (with the data it names) into a folder",
-        description="Without arguments: every shipped recipe, as `posttrain train --recipe NAME` takes it, with its first "
-        "line. `copy NAME [DIR]`: the recipe and every file it names (data, templates) into DIR (default: the working "
+        description="Without arguments: every shipped recipe, as `posttrain train --recipe NAME` takes it, with its "
+        "description. `copy NAME [DIR]`: the recipe and every file it names (data, templates) into DIR (default: the working "
         "directory), at the paths it names them by, so `posttrain train --recipe recipes/NAME.yaml` runs there and edits "
         "stay yours.",
         epilog="examples:\n  posttrain recipes\n  posttrain train --recipe sft/tiny-cpu            # by name, from any folder\n"
@@ -36,8 +36,37 @@ def run(args) -> int:
     names = shipped.names()
     if not names:
         raise UserError("no shipped recipes found: this posttrain was installed without its data files (reinstall the wheel)")
+    import shutil
+    import textwrap
+
     width = max(map(len, names))
+    columns = max(shutil.get_terminal_size((120, 24)).columns, width + 40)
     for name in names:
-        first = (shipped.find(name).read_text().splitlines() or [""])[0].lstrip("# ").strip()
-        print(f"{name.ljust(width)}  {first}")
+        text = description(shipped.find(name).read_text())
+        print(textwrap.fill(text, columns, initial_indent=f"{name.ljust(width)}  ", subsequent_indent=" " * (width + 2),
+                            break_long_words=False, break_on_hyphens=False))  # a path or a name stays whole
     return 0
+
+
+def description(recipe_text: str) -> str:
+    """A recipe's description: its opening comment, every line of it, up to the command lines (indented)
+    or the first key; indented lines that a line ending in ":" introduces belong to it. Printed whole,
+    wrapped: a description cut mid-phrase reads as a different recipe.
+
+    >>> description("# SFT of a tiny model on arithmetic\\n# problems (CPU).\\n#   posttrain train R\\nmodel: {}")
+    'SFT of a tiny model on arithmetic problems (CPU).'
+    """
+    words: list[str] = []
+    listing = False  # inside the indented lines a ":" introduced
+    for line in recipe_text.splitlines():
+        text = line.lstrip("#").strip()
+        if not line.startswith("#") or not text:
+            break
+        indented = line.startswith("#  ")
+        if indented and not listing and not (words and words[-1].endswith(":")):
+            break
+        if listing and not indented:
+            break
+        listing = indented
+        words.append(text)
+    return " ".join(words)

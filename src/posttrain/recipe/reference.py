@@ -105,10 +105,10 @@ def markdown() -> str:
             "## s3", "", *table(S3Section, "s3."),
             "## Defaults posttrain states per algorithm", "",
             "Where posttrain's default differs from TRL's (or TRL has none), for a recipe that does not set the key:", "",
-            "| algorithm | key | default |", "|---|---|---|"]
+            "| key | algorithm | default |", "|---|---|---|"]  # the key first: names in a first column stay whole
     for name in ALGORITHMS:
         for key, value in defaults_for(name, {}).items():
-            out.append(f"| {name} | `training.{key}` | `{value!r}` |")
+            out.append(f"| `training.{key}` | {name} | `{value!r}` |")
     out += ["", "## Built-in rewards", "", "`training.rewards: [{name: NAME}]`; a function of your own is `{name: package.module:function}`.", "",
             "| name | what it pays |", "|---|---|"]
     for name, fn in REWARDS.items():

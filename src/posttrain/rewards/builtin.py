@@ -203,6 +203,31 @@ def _check_options(fn: RewardFn, name: str, options: dict[str, Any]) -> None:
         )
 
 
+# TRL's reward functions (trl.rewards) and the built-in that does the same job here, with what sets them apart.
+_TRL_EQUIVALENTS = {
+    "accuracy_reward": ("math_match", "math-verify on the <answer> block, gold from the 'answer' column; TRL's reads a \\boxed{} "
+                        "answer and its gold from a 'solution' column"),
+    "think_format_reward": ("format", "<think> then <answer>, neither empty"),
+}
+
+
+def _dotted_hint(name: str) -> str:
+    """A did-you-mean for a function named in dotted form, as TRL's docs write them (``trl.rewards.accuracy_reward``):
+    an import path puts a colon before the function, and TRL's rewards have built-in counterparts.
+
+    >>> _dotted_hint("trl.rewards.accuracy_reward")[:50]
+    " Did you mean 'trl.rewards:accuracy_reward' (an im"
+    """
+    module, _, function = name.rpartition(".")
+    if not module or not function.isidentifier():
+        return ""
+    hint = f" Did you mean '{module}:{function}' (an import path puts ':' before the function)?"
+    if function in _TRL_EQUIVALENTS:
+        builtin, how = _TRL_EQUIVALENTS[function]
+        hint += f" Or the built-in {builtin!r}, which does the same job ({how})."
+    return hint
+
+
 def get_reward(name: str, **options: Any) -> RewardFn:
     """Resolve a built-in reward name or a ``package.module:function`` path, binding ``options``.
 
@@ -223,7 +248,7 @@ def get_reward(name: str, **options: Any) -> RewardFn:
             raise ValueError(missing)
     else:
         close = difflib.get_close_matches(name, REWARDS, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        hint = f" Did you mean {close[0]!r}?" if close else _dotted_hint(name)
         raise ValueError(
             f"unknown reward {name!r}.{hint} Built-in rewards: {', '.join(sorted(REWARDS))}; "
             "or give an import path 'package.module:function'."

@@ -36,8 +36,15 @@ TIMEOUT_S = 5  # math-verify's own default: a pathological expression (huge powe
 
 
 def _timeout() -> int | None:
-    """math-verify times out with SIGALRM, which only the main thread may set; elsewhere it runs unbounded."""
-    return TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+    """math-verify times out with SIGALRM, which only the main thread may set; elsewhere it runs unbounded (and its
+    warning that it does is silenced, as TRL's accuracy_reward silences it)."""
+    if threading.current_thread() is threading.main_thread():
+        return TIMEOUT_S
+    import logging
+
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    return None
 
 
 def missing_extra(what: str) -> str | None:
