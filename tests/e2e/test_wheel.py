@@ -61,7 +61,9 @@ def install(mode: str, wheel: Path, work: Path) -> tuple[Path, dict]:
     if mode == "user":  # the base interpreter (a venv has no user site), with a home of its own: ~/.local
         env["HOME"] = str(work / "home")
         python = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
-        pip_install("--python", str(python), "install", "-q", "--user", "--no-deps", "--no-index", str(wheel), env=env)
+        # --break-system-packages: a distribution's Python (PEP 668) refuses --user installs too; this home is temporary
+        pip_install("--python", str(python), "install", "-q", "--user", "--break-system-packages", "--no-deps", "--no-index",
+                    str(wheel), env=env)
         return work / "home" / ".local" / "bin" / "posttrain", {**env, "PYTHONPATH": DEPS}
     assert mode == "target"  # a plain folder, put on PYTHONPATH by the user
     pip_install("install", "-q", "--no-deps", "--no-index", "--target", str(work / "target"), str(wheel))
