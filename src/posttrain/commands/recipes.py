@@ -8,17 +8,19 @@ from pathlib import Path
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "recipes", help="list the shipped recipes, or copy one (with the data it names) into a folder",
+        "recipes", help="list the shipped recipes, or copy one (with the data it names) or one shipped file into a folder",
         description="Without arguments: every shipped recipe, as `posttrain train --recipe NAME` takes it, with its "
         "description. `copy NAME [DIR]`: the recipe and every file it names (data, templates) into DIR (default: the working "
         "directory), at the paths it names them by, so `posttrain train --recipe recipes/NAME.yaml` runs there and edits "
-        "stay yours.",
+        "stay yours. `copy PATH [DIR]`: one shipped file by its path (a chat template, example data, the example reward), "
+        "to the same path under DIR.",
         epilog="examples:\n  posttrain recipes\n  posttrain train --recipe sft/tiny-cpu            # by name, from any folder\n"
-        "  posttrain recipes copy grpo/tiny-cpu mine/ && cd mine && posttrain train --recipe recipes/grpo/tiny-cpu.yaml",
+        "  posttrain recipes copy grpo/tiny-cpu mine/ && cd mine && posttrain train --recipe recipes/grpo/tiny-cpu.yaml\n"
+        "  posttrain recipes copy examples/rewards/my_reward.py    # one file: the example reward of `posttrain docs own-model-data-reward`",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("action", nargs="?", choices=["list", "copy"], default="list")
-    p.add_argument("name", nargs="?", help="copy: the recipe's name (`sft/tiny-cpu`)")
+    p.add_argument("name", nargs="?", help="copy: the recipe's name (`sft/tiny-cpu`), or a shipped file's path (`recipes/templates/chatml-tools.jinja`)")
     p.add_argument("dir", nargs="?", type=Path, default=Path("."), help="copy: where to (default: the working directory)")
     p.set_defaults(func=run)
 
