@@ -30,7 +30,7 @@ class RewardSpec(BaseModel):
     trained reward model (`model:`), and its weight."""
 
     model_config = ConfigDict(extra="allow")  # a function's options: checked against its parameters
-    name: str | None = Field(None, min_length=1, description="Built-in (answer_match, format, numeric_answer, loose_match, http) or 'package.module:function'.")
+    name: str | None = Field(None, min_length=1, description="Built-in (answer_match, text_match, format, numeric_answer, loose_match, math_match, http) or 'package.module:function'.")
     model: str | None = Field(
         None, min_length=1,
         description="A trained reward model instead of a function: a posttrain `algorithm: reward` output_dir (full or "
