@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from posttrain.errors import UserError
 
+from .json_rows import dataset_from_rows, same_column_types
 from .sources import load_split
 from .token_audit import ROW_COLUMN, SOURCE_COLUMN
 
@@ -88,7 +89,8 @@ def _label(value) -> bool | None:
         return None
 
 
-def _chat_problem(msgs, column: str, need_assistant: bool = True) -> str | None:
+def chat_problem(msgs, column: str, need_assistant: bool = True) -> str | None:
+    """Why `msgs` is no chat a template can render (messages with a role and text content), or None."""
     if not isinstance(msgs, list) or not msgs:
         return f"empty or non-list '{column}'"
     for m in msgs:
@@ -110,21 +112,23 @@ def _problem(fmt: str, row: dict) -> str | None:
         row["label"] = label
         pair = {"prompt": row["prompt"], "completion": row["completion"]}
         if all(isinstance(v, list) for v in pair.values()):
-            return _chat_problem(row["prompt"], "prompt", need_assistant=False) or _chat_problem(row["completion"], "completion")
+            return chat_problem(row["prompt"], "prompt", need_assistant=False) or chat_problem(row["completion"], "completion")
         fmt, row = "prompt_completion", pair
     if fmt == "messages":
-        return _chat_problem(row["messages"], "messages")
+        return chat_problem(row["messages"], "messages")
     if fmt == "preference":
         kinds = {type(row[c]).__name__ for c in ("chosen", "rejected")}
         if kinds == {"list"}:
             for col in ("chosen", "rejected"):
-                if why := _chat_problem(row[col], col):
+                if why := chat_problem(row[col], col):
                     return why
-            if not (isinstance(row["prompt"], str) or _chat_problem(row["prompt"], "prompt", need_assistant=False) is None):
+            if not (isinstance(row["prompt"], str) or chat_problem(row["prompt"], "prompt", need_assistant=False) is None):
                 return "malformed 'prompt'"
         elif kinds != {"str"}:
             return "'chosen' and 'rejected' of different or non-text types"
-        elif not (isinstance(row["prompt"], (str, list))):
+        elif isinstance(row["prompt"], list):  # TRL would add a text answer to a list of messages
+            return "chat 'prompt' with text 'chosen' and 'rejected'"
+        elif not isinstance(row["prompt"], str):
             return "non-text 'prompt'"
         elif not row["chosen"].strip() or not row["rejected"].strip():
             return "empty 'chosen' or 'rejected'"
@@ -132,6 +136,8 @@ def _problem(fmt: str, row: dict) -> str | None:
             return "empty 'prompt'"
         if row["chosen"] == row["rejected"]:
             return "'chosen' equal to 'rejected'"
+        if kinds == {"list"} and isinstance(row["prompt"], str):  # the user's turn, as `posttrain eval` sends a text prompt
+            row["prompt"] = [{"role": "user", "content": row["prompt"]}]
         return None
     for col, value in row.items():
         if not isinstance(value, str):
@@ -139,6 +145,19 @@ def _problem(fmt: str, row: dict) -> str | None:
         if not value.strip():
             return f"empty '{col}'"
     return None
+
+
+# formats whose rows may be chats or text, and the column that tells which (TRL decides from a dataset's first row)
+CHAT_OR_TEXT = {"preference": "chosen", "unpaired": "completion"}
+
+
+def one_kind(value, first, where: str, fix: str = "write every row as a chat or every row as text") -> None:
+    """Refuse a chat among text rows or text among chats (`where` names the row and column): TRL reads
+    a dataset's first row to choose between chat templates and plain text for every row."""
+    if first is not None and isinstance(value, list) != isinstance(first, list):
+        kind = "a chat" if isinstance(value, list) else "text"
+        earlier = "chats" if isinstance(first, list) else "text"
+        raise UserError(f"{where} is {kind} but the rows before it are {earlier}, and a run trains on one kind: {fix}.")
 
 
 def check_template_columns(templates: dict[str, str], columns: list[str], key: str) -> None:
@@ -168,14 +187,12 @@ def render_row(templates: dict[str, str], record: dict) -> dict:
 def render_templates(raw, spec, key: str):
     """Rows built from the spec's str.format templates: {'text'} or chat {'prompt', 'completion'}.
     Returns (dataset, format) or (raw, None) without templates."""
-    import datasets
-
     templates = spec.row_templates
     if not templates:
         return raw, None
     check_template_columns(templates, raw.column_names, key)
     rows = [render_row(templates, record) for record in raw]
-    return datasets.Dataset.from_list(rows), ("text" if "text_template" in templates else "prompt_completion")
+    return dataset_from_rows(rows), ("text" if "text_template" in templates else "prompt_completion")
 
 
 def _chat_pair_problem(row: dict) -> str | None:
@@ -213,7 +230,7 @@ def column_message(spec, key: str, fmt: str, missing: list[str], columns: list[s
 
 def _prepared(raw, spec, key: str, fmt: str, mapping: dict, seed: int, templated: bool = False):
     reasons: Counter = Counter()
-    rows = []
+    rows, rows_by_reason = [], {}
     for index, record in enumerate(raw):
         row = {trl: record[src] for trl, src in mapping.items()}
         tools = row.pop("tools", None)
@@ -221,19 +238,20 @@ def _prepared(raw, spec, key: str, fmt: str, mapping: dict, seed: int, templated
         why = _chat_pair_problem(row) if chat_pair else _problem(fmt, row)
         if why:
             reasons[why] += 1
+            rows_by_reason.setdefault(why, []).append(index)
             continue
+        if (column := CHAT_OR_TEXT.get(fmt)) is not None:
+            one_kind(row[column], rows[0][column] if rows else None, f"{key} ({spec.name}): row {index} column {mapping[column]!r}")
         if "tools" in mapping:  # JSON text: function schemas differ in shape, which Arrow cannot hold as structs
             row["tools"] = tools if isinstance(tools, str) or tools is None else json.dumps(tools)
         rows.append({**row, SOURCE_COLUMN: key, ROW_COLUMN: index})  # where each row came from, for the token audit
     if not rows:
         detail = "; ".join(f"{n} {why}" for why, n in reasons.most_common()) or "no rows"
         raise UserError(f"{key} ({spec.name}): no usable rows ({detail})")
-    import datasets
-
-    ds = datasets.Dataset.from_list(rows)
+    ds = dataset_from_rows(rows)
     if spec.max_samples is not None and len(ds) > spec.max_samples:
         ds = ds.shuffle(seed=seed).select(range(spec.max_samples))
-    return ds, DataReport(key, spec.name, fmt, len(raw), len(ds), reasons)
+    return ds, DataReport(key, spec.name, fmt, len(raw), len(ds), reasons, rows_by_reason)
 
 
 def _key_for(spec, column: str, fmt: str) -> str:
@@ -257,6 +275,9 @@ def prepare_datasets(specs, key: str, fixed_format: str | None, seed: int):
     if len(formats) > 1:
         listing = ", ".join(f"{r.key}: {r.format}" for r in reports)
         raise UserError(f"{key} mix formats ({listing}); one run trains on one format. Set format per dataset or split the run.")
+    if column := CHAT_OR_TEXT.get(reports[0].format):
+        for part, report in zip(parts[1:], reports[1:]):
+            one_kind(part[0][column], parts[0][0][column], f"{report.key} ({report.name}): column {column!r}")
     return mix(parts, specs, seed), reports[0].format, reports
 
 
@@ -266,6 +287,7 @@ def mix(parts: list, specs, seed: int):
 
     if len(parts) == 1:
         return parts[0]
+    parts = same_column_types(parts)
     weights = [spec.weight for spec in specs]
     if all(w is None for w in weights):
         return datasets.concatenate_datasets(parts)

@@ -15,11 +15,14 @@ from collections import Counter
 from posttrain.errors import UserError
 from posttrain.rewards.answers import gold_is_comparable
 
-from .formats import DataReport, mix
+from .formats import DataReport, chat_problem, mix, one_kind
+from .json_rows import dataset_from_rows
 from .sources import load_split
 from .templates import build_prompt, gold_answer
 
 ANSWER_TAG = "<answer>"
+# chats among text prompts: data.use_chat_template=false leaves text prompts as they are
+MIXED_PROMPTS_FIX = "write every prompt the same way, or set data.use_chat_template=true to send text as a chat"
 
 
 def untagged_prompt_warning(ds, reward_names) -> str | None:
@@ -57,9 +60,8 @@ def read_prompt_data(data_cfg, seed: int, numeric_columns=()):
 
 
 def read_prompt_rows(data_cfg, specs, key_prefix: str, seed: int, numeric_columns=()):
-    """Datasets as rows {prompt, answer, ...original columns}; empty prompts/answers dropped and counted."""
-    import datasets
-
+    """Datasets as rows {prompt, answer, ...original columns}; rows without a usable prompt or answer
+    dropped and counted. The numeric gold columns are kept as text, as `posttrain eval` reads them."""
     parts, reports = [], []
     for i, spec in enumerate(specs):
         key = f"{key_prefix}[{i}]"
@@ -73,33 +75,48 @@ def read_prompt_rows(data_cfg, specs, key_prefix: str, seed: int, numeric_column
         if missing:
             raise UserError(f"{key} ({spec.name}): a reward compares column {missing[0]!r} as numbers (its answer_column option), "
                             f"and the data has no such column (it has {raw.column_names}).")
-        rows, dropped, bad_gold = [], Counter(), {}
-        for record in raw:
+        rows, dropped, by_reason, bad_gold = [], Counter(), {}, {}  # bad_gold: column -> its reason, with the first example
+        for index, record in enumerate(raw):
             question, answer = record[spec.prompt_column], gold_answer(spec.template, record[spec.answer_column])
-            unreadable = next((c for c in sorted(numeric_columns) if not gold_is_comparable(answer if c == "answer" else record[c])), None)
-            if not question or (isinstance(question, str) and not question.strip()):
-                dropped[f"empty '{spec.prompt_column}'"] += 1
-            elif not answer:
-                dropped[f"empty '{spec.answer_column}'"] += 1
-            elif unreadable is not None:
+            # the columns rewards compare as numbers, as text the way `posttrain eval` reads a gold column
+            golds = {c: answer if c == "answer" else gold_answer(spec.template, record[c]) for c in sorted(numeric_columns)}
+            unreadable = next((c for c, gold in golds.items() if not gold_is_comparable(gold)), None)
+            why = _question_problem(question, spec.prompt_column)
+            if why is None and not answer:
+                why = f"empty '{spec.answer_column}'"
+            elif why is None and unreadable is not None:
                 column = spec.answer_column if unreadable == "answer" else unreadable
-                bad_gold.setdefault(column, []).append(str(answer if unreadable == "answer" else record[unreadable])[:40])
-            else:
-                extra = {k: v for k, v in record.items() if k not in ("prompt", "answer")}
-                prompt = build_prompt(question, template=spec.template, system_prompt=data_cfg.system_prompt,
-                                      few_shot=data_cfg.few_shot, use_chat_template=data_cfg.use_chat_template)
-                rows.append({**extra, "prompt": prompt, "answer": answer})
-        for column, values in bad_gold.items():
-            dropped[f"'{column}' not a number the rewards can compare (e.g. {values[0]!r})"] = len(values)
+                why = bad_gold.setdefault(column, f"'{column}' not a number the rewards can compare (e.g. {golds[unreadable][:40]!r})")
+            if why is not None:
+                dropped[why] += 1
+                by_reason.setdefault(why, []).append(index)
+                continue
+            extra = {k: v for k, v in record.items() if k not in ("prompt", "answer")}
+            prompt = build_prompt(question, template=spec.template, system_prompt=data_cfg.system_prompt,
+                                  few_shot=data_cfg.few_shot, use_chat_template=data_cfg.use_chat_template)
+            one_kind(prompt, rows[0]["prompt"] if rows else None, f"{key} ({spec.name}): row {index} column {spec.prompt_column!r}", MIXED_PROMPTS_FIX)
+            rows.append({**extra, **golds, "prompt": prompt, "answer": answer})
         if not rows:
             raise UserError(f"{key} ({spec.name}): no usable rows ({'; '.join(f'{n} {w}' for w, n in dropped.items()) or 'no rows'})")
-        ds = datasets.Dataset.from_list(rows)
+        ds = dataset_from_rows(rows)
         if spec.max_samples is not None and len(ds) > spec.max_samples:
             ds = ds.shuffle(seed=seed).select(range(spec.max_samples))
         parts.append(ds)
-        reports.append(DataReport(key, spec.name, "prompt", len(raw), len(ds), dropped))
+        reports.append(DataReport(key, spec.name, "prompt", len(raw), len(ds), dropped, by_reason))
+    for part, report in zip(parts[1:], reports[1:]):
+        one_kind(part[0]["prompt"], parts[0][0]["prompt"], f"{report.key} ({report.name}): its prompts", MIXED_PROMPTS_FIX)
     shared = sorted(set.intersection(*(set(p.column_names) for p in parts)))
     return mix([p.select_columns(shared) for p in parts], specs, seed), reports
+
+
+def _question_problem(question, column: str) -> str | None:
+    """Why a row's question cannot be a prompt (it must be text or a chat), or None; the row is
+    dropped and counted, as the other formats drop a row whose field is not text."""
+    if isinstance(question, list):
+        return chat_problem(question, column, need_assistant=False)
+    if not isinstance(question, str):
+        return f"non-text '{column}'"
+    return None if question.strip() else f"empty '{column}'"
 
 
 def prompt_token_count(prompt, tokenizer, tools: list | None = None) -> list[int]:

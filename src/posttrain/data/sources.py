@@ -8,6 +8,7 @@ from pathlib import Path
 
 from posttrain.errors import UserError
 
+from .json_rows import exact_json_rows
 from .splits import looks_local
 
 LOADERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -73,7 +74,8 @@ def _load(spec, key: str, datasets):
 
             for field, message in local_file_problems(spec):  # one split, "train"; slices such as train[:64] apply
                 raise UserError(f"{_field_key(key, field)}: {message}")
-            return datasets.load_dataset(LOADERS[path.suffix.lower()], data_files=str(path), split=spec.split)
+            ds = datasets.load_dataset(LOADERS[path.suffix.lower()], data_files=str(path), split=spec.split)
+            return exact_json_rows(ds, path, spec.split) if LOADERS[path.suffix.lower()] == "json" else ds
         return datasets.load_dataset(spec.name, spec.subset, split=spec.split)
     except UserError:
         raise
