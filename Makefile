@@ -46,7 +46,7 @@ $(STAMP): pyproject.toml $(BASE_STAMP)
 	-$(BIN)/python -c "from deepspeed.accelerator import get_accelerator as a; b = a().create_op_builder('ShareMemCommBuilder'); b and b.load()"
 	touch $(STAMP)
 
-# The demo: `posttrain demo` runs its four posttrain commands (SFT, GRPO, compare, report) on the shipped
+# The demo: `posttrain demo` runs its five posttrain commands (SFT, GRPO, compare on held-out and on trained sums, report) on the shipped
 # recipes (recipes/demo/), as a wheel user runs it; runs/demo is rebuilt each time.
 DEMO := runs/demo
 demo: install-base

@@ -1,10 +1,11 @@
-"""`posttrain demo [--out DIR] [KEY=VALUE ...]`: the whole loop offline, from any install, in four commands.
+"""`posttrain demo [--out DIR] [KEY=VALUE ...]`: the whole loop offline, from any install, in five commands.
 
     posttrain demo                                # runs/demo: SFT a tiny model, GRPO it, compare base/SFT/GRPO, report
     posttrain demo --out mine training.max_steps=20
 
 Each stage is the posttrain command a user would type, run in its own process as `make demo` ran them
-(the Makefile now calls this), on the shipped recipes demo/sft and demo/grpo; the commands are printed,
+(the Makefile now calls this), on the shipped recipes demo/sft and demo/grpo: SFT, GRPO, a comparison on the 30 sums
+no stage trains on and one on the 70 they train on, and the telemetry report; the commands are printed,
 so the demo is also the tutorial. What the numbers mean: `posttrain docs results/demo`.
 """
 
@@ -26,7 +27,8 @@ def add_parser(sub) -> None:
         "demo", help="the whole loop offline: SFT a tiny model, GRPO it, compare base/SFT/GRPO, report (minutes on a CPU)",
         description="Run the demo into --out: `posttrain train` on the shipped recipe demo/sft (a random 1M-parameter model "
         "learns sums), `posttrain train` on demo/grpo (GRPO from that model, paid for the right sum inside <answer> tags), "
-        "`posttrain compare` of base, SFT and GRPO on the held-out sums with paired tests, and `posttrain report` of the "
+        "`posttrain compare` of base, SFT and GRPO with paired tests on the 30 held-out sums (no stage trains on them) and on "
+        "the 70 trained sums, and `posttrain report` of the "
         "training telemetry. Each command is printed before it runs. KEY=VALUE overrides go to both training stages.",
         epilog="examples:\n  posttrain demo\n  posttrain demo --out runs/quick training.max_steps=20\n\n"
         "the recipes, to read or edit: posttrain recipes copy demo/sft && posttrain recipes copy demo/grpo",
@@ -45,15 +47,19 @@ def stages(out: Path, overrides: list[str], plots: bool) -> list[list[str]]:
 
     base = read_yaml(shipped.find("demo/sft"))["model"]["base_model_name"]
     sft, grpo = out / "sft", out / "grpo"
-    held_out = shipped.root() / "recipes" / "demo" / "data" / "eval.jsonl"
-    compare_plot = ["--plot", str(out / "accuracy.png")] if plots else []
+    data = shipped.root() / "recipes" / "demo" / "data"
     report_plot = ["--plot", str(out / "telemetry.png")] if plots else []
+
+    def compare(items: str, folder: str, plot: str) -> list[str]:
+        return ["compare", "--arm", f"base={base}", "--arm", f"sft={sft}", "--arm", f"grpo={grpo}", "--task", "custom",
+                "--data", str(data / items), "--max-new-tokens", str(MAX_NEW_TOKENS), "--no-progress", "--out", str(out / folder),
+                *(["--plot", str(out / plot)] if plots else [])]
+
     return [
         ["train", "--recipe", "demo/sft", *overrides, f"training.output_dir={sft}"],
         ["train", "--recipe", "demo/grpo", *overrides, f"model.base_model_name={sft}", f"training.output_dir={grpo}"],
-        ["compare", "--arm", f"base={base}", "--arm", f"sft={sft}", "--arm", f"grpo={grpo}", "--task", "custom",
-         "--data", str(held_out), "--max-new-tokens", str(MAX_NEW_TOKENS), "--no-progress", "--out", str(out / "compare"),
-         *compare_plot],
+        compare("eval.jsonl", "compare", "accuracy.png"),  # the 30 held-out sums: no stage trains on them
+        compare("trained.jsonl", "compare-trained", "accuracy-trained.png"),  # the 70 sums both stages train on
         ["report", str(sft), str(grpo), "--bins", "3", "--out", str(out / "telemetry.md"), *report_plot],
     ]
 
@@ -77,8 +83,9 @@ def run(args) -> int:
         if done.returncode != 0:
             print(f"demo stopped: stage {number} exited with {done.returncode}", file=sys.stderr)
             return done.returncode
-    print(f"\ndemo done. Accuracy and paired tests: {out / 'compare' / 'report.md'}"
-          + (f" (plot {out / 'accuracy.png'})" if plots else ""))
+    print(f"\ndemo done. Accuracy and paired tests on the 30 held-out sums: {out / 'compare' / 'report.md'}"
+          + (f" (plot {out / 'accuracy.png'})" if plots else "")
+          + f"; on the 70 trained sums: {out / 'compare-trained' / 'report.md'}")
     print(f"training telemetry, health and speed: {out / 'telemetry.md'}" + (f" (plot {out / 'telemetry.png'})" if plots else "")
           + f"; models in {out / 'sft'}, {out / 'grpo'}")
     if not plots:
