@@ -256,8 +256,9 @@ def render_markdown(report: dict) -> str:
                   "--no-chat-template): the system prompt, then 'User: <question>' and 'Assistant:', zero-shot; each answer "
                   "ends where the model began the user's next turn."
                   + (" The other arms were asked through their chat templates." if len(plain) < len(report["arms"]) else ""), ""]
-    parts += ["strict: the single <answer> block equals gold (what the GRPO answer_match reward pays for); "
-              "loose: the last number (mmlu: choice letter) anywhere equals gold, format ignored. "
+    parts += ["strict: the single <answer> block equals gold (what the GRPO answer_match reward pays for; math: equal "
+              "as mathematics by math-verify, what math_match pays for); loose: the last number (mmlu: choice letter; math: "
+              "the final answer) anywhere equals gold, format ignored. "
               "format: mean format_score in [0, 1].", ""]
     tool_rows = [r for r in report["arms"] if r.get("tool_use")]
     if tool_rows:
