@@ -28,7 +28,7 @@ from pathlib import Path
 # environment variables read at import time by the libraries the zygote pre-imports (or by Python)
 IMPORT_TIME = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "CUDA", "NCCL",
                "TOKENIZERS", "DEEPSPEED", "DS_", "ACCELERATE", "TRL", "PEFT", "WANDB", "MLFLOW", "PYTHON", "LD_", "LC_",
-               "LANG", "TZ")
+               "LANG", "TZ", "TQDM")
 
 ZYGOTE = r"""
 import json, os, sys

@@ -54,7 +54,8 @@ def _shared_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-column", action="append", default=[], metavar="C", help="custom task: column with each row's image(s) (a path relative to the data file, URL, s3://, data URI, or a list); repeatable. Needs a vision-language model (or an API model that takes images)")
     p.add_argument("--data-seed", type=int, default=None, help="arithmetic task: generator seed (default 1234); any seed draws only from the questions training data never holds")
     p.add_argument("--seed", type=int, default=0, help="seed of the item shuffle and of sampling (default 0)")
-    p.add_argument("--max-new-tokens", type=COUNT, default=512, help="generation budget per answer, in tokens (default 512)")
+    p.add_argument("--max-new-tokens", type=COUNT, default=None,
+                   help="generation budget per answer, in tokens (default: the task's, arithmetic 128, mmlu 256, gsm8k and custom 512)")
     p.add_argument("--temperature", type=TEMPERATURE, default=0.0, help="0 = greedy, the default: deterministic answers make the paired test exact")
     p.add_argument("--top-p", type=TOP_P, default=1.0, help="nucleus sampling mass when --temperature > 0 (default 1.0)")
     p.add_argument("--alpha", type=ALPHA, default=0.05, help="significance level of verdicts and 1 - level of the CIs (default 0.05)")
@@ -344,8 +345,13 @@ def _check_plot_possible(args) -> None:
 
 
 def _sampling(args):
+    """The sampling parameters; --max-new-tokens defaults to the task's own budget (`Task.max_new_tokens`)."""
+    from posttrain.evaluation.tasks import get_task
     from posttrain.generation.base import SamplingParams
 
+    if args.max_new_tokens is None:
+        args.max_new_tokens = get_task(args.task).max_new_tokens
+        _log(f"max_new_tokens: {args.max_new_tokens} (the {args.task} task's default; --max-new-tokens N sets it)")
     if args.max_new_tokens < 1:
         raise UserError(f"--max-new-tokens {args.max_new_tokens}: must be at least 1")
     if args.temperature < 0 or not 0 < args.top_p <= 1:

@@ -66,6 +66,9 @@ class Task:
     scorer: str  # "number" | "choice"
     summary: str  # one line for --help
     load: Callable[[TaskOptions], list[dict]]
+    # Tokens per answer when --max-new-tokens is not given: room for the reasoning the task's answers need
+    # (every token past the answer costs a decoding step, and a model that rambles costs that on every item).
+    max_new_tokens: int = 512
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,13 +288,21 @@ def _with_images(messages: list[dict], row: dict, index: int, opts: TaskOptions,
 TASKS: dict[str, Task] = {
     t.name: t
     for t in (
-        Task("arithmetic", "number", "offline generated word problems (seed 1234, from the share of questions training data never holds)", _arithmetic),
-        Task("gsm8k", "number", "GSM8K test set (hub openai/gsm8k, or --data FILE with question/answer columns)", _gsm8k),
-        Task("mmlu", "choice", "MMLU test set (hub cais/mmlu 'all', or --data FILE with question/choices/answer columns)", _mmlu),
-        # LaTeX answers after a worked solution, as long as GSM8K's
+        # one or two operations: the worked answer in the <think>/<answer> format is at most ~40 tokens
+        Task("arithmetic", "number", "offline generated word problems (seed 1234, from the share of questions training data never holds)", _arithmetic,
+             max_new_tokens=128),
+        # multi-step word problems (2 to 8 steps each, as the GSM8K paper counts them)
+        Task("gsm8k", "number", "GSM8K test set (hub openai/gsm8k, or --data FILE with question/answer columns)", _gsm8k,
+             max_new_tokens=512),
+        # one letter, after reasoning about one question
+        Task("mmlu", "choice", "MMLU test set (hub cais/mmlu 'all', or --data FILE with question/choices/answer columns)", _mmlu,
+             max_new_tokens=256),
+        # LaTeX answers after a worked solution, as long as GSM8K's (the default 512)
         Task("math", "math", "MATH-500 (hub HuggingFaceH4/MATH-500, or --data FILE with problem/answer columns): LaTeX answers "
              "compared by math-verify (pip install 'posttrain[math]')", _math),
-        Task("custom", "number", "any --data FILE with a prompt and an answer column (--prompt-column, --answer-column; images: --image-column); numbers are scored as numbers, other answers as text", _custom),
+        # answers of unknown length: the most any built-in task needs
+        Task("custom", "number", "any --data FILE with a prompt and an answer column (--prompt-column, --answer-column; images: --image-column); numbers are scored as numbers, other answers as text", _custom,
+             max_new_tokens=512),
     )
 }
 

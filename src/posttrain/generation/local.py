@@ -52,7 +52,7 @@ class TransformersEngine:
     use_chat_template: wrap plain-string prompts as one user turn in the tokenizer's chat template
         (when it has one); False sends them raw. Chats use the template; without one (a base model)
         or with False they go as a plain transcript (`plain_prompts`).
-    progress: show a tqdm bar over batches (on stderr).
+    progress: show a bar of answers finished, tokens made and tokens/s (on stderr; `progress.GenerationBar`).
     decoder: "posttrain" (posttrain's decoding loop, `generation.decoding`; the weights pre-packed once
         for the whole call) or "transformers" (`model.generate`). Vision-language models always use
         `generate`.
@@ -110,14 +110,15 @@ class TransformersEngine:
         config = self._generation_config(params)
         if self.decoder == "transformers":
             completions = self._in_batches([len(ids) for ids in encoded], params.seed,
-                                           lambda batch: self._generate_batch([encoded[i] for i in batch], config, tools=tools))
+                                           lambda batch, bar: self._generate_batch([encoded[i] for i in batch], config, tools=tools))
         else:
             from posttrain.generation.decoding import decode
             from posttrain.generation.inference_weights import inference_linears
 
             with inference_linears(self.model, rows=min(self.batch_size, len(encoded))):  # packed once for every batch
-                completions = self._in_batches([len(ids) for ids in encoded], params.seed, lambda batch: self._generate_batch(
-                    [encoded[i] for i in batch], config, lambda **inputs: decode(self.model, **inputs, weights=False), tools))
+                completions = self._in_batches([len(ids) for ids in encoded], params.seed, lambda batch, bar: self._generate_batch(
+                    [encoded[i] for i in batch], config, lambda **inputs: decode(self.model, **inputs, weights=False, on_step=bar.step),
+                    tools))
         if sends_plain(self.tokenizer, self.use_chat_template):
             answered_plain(prompts, completions)
         return completions
@@ -138,18 +139,22 @@ class TransformersEngine:
 
     def _in_batches(self, sizes: list[int], seed: int, generate_batch) -> list[Completion]:
         """Longest prompts first (less padding per batch), seeded sampling that leaves the caller's RNG
-        alone, results in the caller's order. `generate_batch(indices)` -> one Completion per index."""
+        alone, results in the caller's order. `generate_batch(indices, bar)` -> one Completion per index;
+        it may report each decoding step to `bar` (a `GenerationBar`)."""
         import torch
-        from tqdm.auto import tqdm
+
+        from posttrain.generation.progress import GenerationBar
 
         order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
         batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         results: list[Completion | None] = [None] * len(sizes)
         devices = [self.model.device] if self.model.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+        with torch.random.fork_rng(devices=devices), torch.inference_mode(), GenerationBar(len(sizes), self.name, self.progress) as bar:
             torch.manual_seed(seed)
-            for batch in tqdm(batches, desc=f"generate {self.name}", unit="batch", disable=not self.progress):
-                for i, completion in zip(batch, generate_batch(batch)):
+            for batch in batches:
+                completions = generate_batch(batch, bar)
+                bar.batch_done([c.completion_tokens for c in completions])
+                for i, completion in zip(batch, completions):
                     results[i] = completion
         return results
 
@@ -163,7 +168,7 @@ class TransformersEngine:
         sizes = [len(self.tokenizer(t, add_special_tokens=False)["input_ids"]) + 1000 * len(im) for t, im in zip(texts, images)]
         config = self._generation_config(params)
 
-        def generate_batch(batch: list[int]) -> list[Completion]:
+        def generate_batch(batch: list[int], bar) -> list[Completion]:
             batch_images = [images[i] for i in batch]
             inputs = self.processor(text=[texts[i] for i in batch], images=batch_images if any(batch_images) else None,
                                     padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt")
