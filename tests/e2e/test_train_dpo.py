@@ -98,4 +98,4 @@ def test_equal_pairs_are_dropped_and_counted(tmp_path):
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     ds, report = prepare_dataset(DatasetSpec(name=str(data)), "data.datasets[0]", "preference", seed=0)
     assert ds["prompt"] == ["q1", "q4"]
-    assert "kept 2 of 4 rows; dropped 1 'chosen' equal to 'rejected', 1 empty 'chosen' or 'rejected'" in report.render()
+    assert "kept 2 of 4 rows; dropped 1 'chosen' equal to 'rejected' (row 1), 1 empty 'chosen' or 'rejected' (row 2)" in report.render()
