@@ -80,14 +80,7 @@ def read_prompt_rows(data_cfg, specs, key_prefix: str, seed: int, numeric_column
             question, answer = record[spec.prompt_column], gold_answer(spec.template, record[spec.answer_column])
             # the columns rewards compare as numbers, as text the way `posttrain eval` reads a gold column
             golds = {c: answer if c == "answer" else gold_answer(spec.template, record[c]) for c in sorted(numeric_columns)}
-            unreadable = next((c for c, gold in golds.items() if not gold_is_comparable(gold)), None)
-            why = _question_problem(question, spec.prompt_column)
-            if why is None and not answer:
-                why = f"empty '{spec.answer_column}'"
-            elif why is None and unreadable is not None:
-                column = spec.answer_column if unreadable == "answer" else unreadable
-                why = bad_gold.setdefault(column, f"'{column}' not a number the rewards can compare (e.g. {golds[unreadable][:40]!r})")
-            if why is not None:
+            if (why := _drop_reason(spec, question, answer, golds, bad_gold)) is not None:
                 dropped[why] += 1
                 by_reason.setdefault(why, []).append(index)
                 continue
@@ -104,9 +97,23 @@ def read_prompt_rows(data_cfg, specs, key_prefix: str, seed: int, numeric_column
         parts.append(ds)
         reports.append(DataReport(key, spec.name, "prompt", len(raw), len(ds), dropped, by_reason))
     for part, report in zip(parts[1:], reports[1:]):
-        one_kind(part[0]["prompt"], parts[0][0]["prompt"], f"{report.key} ({report.name}): its prompts", MIXED_PROMPTS_FIX)
+        one_kind(part[0]["prompt"], parts[0][0]["prompt"], f"{report.key} ({report.name}): its first prompt", MIXED_PROMPTS_FIX)
     shared = sorted(set.intersection(*(set(p.column_names) for p in parts)))
     return mix([p.select_columns(shared) for p in parts], specs, seed), reports
+
+
+def _drop_reason(spec, question, answer: str, golds: dict[str, str], bad_gold: dict[str, str]) -> str | None:
+    """Why a row cannot train (its question, an empty gold, a gold a reward cannot compare), or None.
+    `bad_gold` keeps one reason per column, worded with the column's first such value."""
+    if why := _question_problem(question, spec.prompt_column):
+        return why
+    if not answer:
+        return f"empty '{spec.answer_column}'"
+    unreadable = next((c for c, gold in golds.items() if not gold_is_comparable(gold)), None)
+    if unreadable is None:
+        return None
+    column = spec.answer_column if unreadable == "answer" else unreadable
+    return bad_gold.setdefault(column, f"'{column}' not a number the rewards can compare (e.g. {golds[unreadable][:40]!r})")
 
 
 def _question_problem(question, column: str) -> str | None:
