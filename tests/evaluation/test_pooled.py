@@ -86,3 +86,29 @@ def test_seed_spread():
     assert spread["mean"] == pytest.approx(0.6) and spread["sd"] == pytest.approx(0.1)
     assert (spread["min"], spread["max"]) == (0.5, 0.7)
     assert seed_spread([0.4])["sd"] is None
+
+
+def test_a_single_model_enters_the_pooled_tests_once_however_many_seeds_the_other_arm_has():
+    """By construction: one deterministic start model and three seeds that each fix 12 and break 6 of its 100 answers
+    (the same items: seeds that agree). Entering the start once per seed triples its answers and makes the same evidence
+    look far stronger; `posttrain compare`'s report enters it once, so its CMH p is the once-entered one."""
+    from posttrain.evaluation.pooled import item_level_test
+    from posttrain.evaluation.report import seed_groups
+
+    start = [i < 50 for i in range(100)]
+    seed = [(i < 50 and i not in range(6)) or 50 <= i < 62 for i in range(100)]  # 12 fixed, 6 broken
+    once = pooled_comparison([start], [seed] * 3)
+    copied = pooled_comparison([start] * 3, [seed] * 3)
+    assert copied.p_value < once.p_value / 5  # what copying would claim: the error this test guards against
+    assert once.p_value == pytest.approx(0.0143, abs=1e-4) and copied.p_value == pytest.approx(0.00157, abs=1e-5)
+
+    records = {"start": [{"id": str(i), "strict": s, "loose": s} for i, s in enumerate(start)],
+               **{f"grpo@{k}": [{"id": str(i), "strict": s, "loose": s} for i, s in enumerate(seed)] for k in range(3)}}
+    arms = [{"name": "start", "spec": "start"}, *({"name": f"grpo@{k}", "spec": f"s{k}", "group": "grpo"} for k in range(3))]
+    _, [strict, _] = seed_groups(arms, records, alpha=0.05)
+    assert (strict["seeds_a"], strict["seeds_b"]) == (1, 3)
+    assert strict["p_value"] == once.p_value and strict["p_value"] > copied.p_value
+    # the item as the unit: 18 items moved, 12 one way; the seeds' agreement adds nothing (CMH counts it three times
+    # over, which is why the item-level test stands beside it): the exact McNemar p of 12 against 6 is 0.238
+    delta, p = item_level_test([start], [seed] * 3)
+    assert delta == pytest.approx(0.06) and strict["item_p_value"] == p and p == pytest.approx(0.238, abs=0.01)

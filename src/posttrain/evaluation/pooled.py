@@ -94,17 +94,19 @@ def item_level_test(a_by_seed: Sequence[Sequence[bool]], b_by_seed: Sequence[Seq
     0.75
     """
     import random
+    from collections import Counter
 
     tables = item_tables(a_by_seed, b_by_seed)
     diffs = [b / n_b - a / n_a for a, n_a, b, n_b in tables]
     observed = abs(sum(diffs))
-    nonzero = [d for d in diffs if d]
+    # Items with the same |difference| are exchangeable under the flips: a draw needs, per magnitude, only how many
+    # of its items came out positive (a Binomial(count, 1/2), read off random bits), not a sign per item.
+    magnitudes = Counter(round(abs(d), 12) for d in diffs if d)
     rng = random.Random(seed)
     extreme = 0
     for _ in range(draws):
-        bits = rng.getrandbits(len(nonzero)) if nonzero else 0
-        total = sum(d if bits >> i & 1 else -d for i, d in enumerate(nonzero))
-        extreme += abs(total) >= observed - 1e-12 * len(diffs)  # float sums in another order: ties stay ties
+        total = sum(m * (2 * rng.getrandbits(c).bit_count() - c) for m, c in magnitudes.items())
+        extreme += abs(total) >= observed - 1e-9  # float sums in another order: ties stay ties
     return statistics.fmean(diffs), (1 + extreme) / (1 + draws)
 
 
@@ -135,6 +137,7 @@ class PooledComparison:
     seed_p_value: float | None
     seed_note: str  # why the seed-level test is undefined, when it is
     conservative_verdict: str  # significant only when both the CMH and the seed-level p are below alpha
+    item_p_value: float  # item-level sign-flip test: each item one observation, its accuracy averaged over each arm's seeds
 
 
 def pooled_comparison(a_by_seed: Sequence[Sequence[bool]], b_by_seed: Sequence[Sequence[bool]], alpha: float = 0.05) -> PooledComparison:
@@ -150,7 +153,7 @@ def pooled_comparison(a_by_seed: Sequence[Sequence[bool]], b_by_seed: Sequence[S
     both = max(p_value, 1.0 if seeds.p_value is None else seeds.p_value)
     return PooledComparison(n, len(a_by_seed), len(b_by_seed), acc_a, acc_b, acc_b - acc_a, informative, statistic, p_value,
                             alpha, _verdict(p_value, acc_b - acc_a, alpha), seeds.test, seeds.statistic, seeds.df,
-                            seeds.p_value, seeds.note, _verdict(both, acc_b - acc_a, alpha))
+                            seeds.p_value, seeds.note, _verdict(both, acc_b - acc_a, alpha), item_level_test(a_by_seed, b_by_seed)[1])
 
 
 def _verdict(p_value: float, delta: float, alpha: float) -> str:

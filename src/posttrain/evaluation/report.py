@@ -327,17 +327,22 @@ def _render_seed_groups(report: dict) -> list[str]:
         parts += [f"## pooled paired comparison across seeds: B against A (Cochran-Mantel-Haenszel by item; seed-level "
                   f"Welch's t on per-seed accuracy; alpha={report['alpha']:g})", ""]
         parts += [_table(["metric", "A", "B", "seeds A/B", "mean acc A", "mean acc B", "B - A", "informative items",
-                          "CMH chi2", "CMH p", "seed-level t (df)", "seed-level p", "CMH verdict", "verdict (both tests)"], [
+                          "CMH chi2", "CMH p", "seed-level t (df)", "seed-level p", "item-level p", "CMH verdict",
+                          "verdict (both tests)"], [
             [c["metric"], c["arm_a"], c["arm_b"], f"{c['seeds_a']}/{c['seeds_b']}", _pct(c["acc_a"]), _pct(c["acc_b"]),
              f"{100 * c['delta']:+.1f} pts", c["informative_items"], f"{c['statistic']:.3g}", f"{c['p_value']:.3g}",
-             _seed_cell(c), "-" if c.get("seed_p_value") is None else f"{c['seed_p_value']:.3g}", c["verdict"],
-             c["conservative_verdict"]] if "p_value" in c else [c["metric"], c["arm_a"], c["arm_b"], *["-"] * 9, c["verdict"],
+             _seed_cell(c), "-" if c.get("seed_p_value") is None else f"{c['seed_p_value']:.3g}",
+             "-" if c.get("item_p_value") is None else f"{c['item_p_value']:.3g}", c["verdict"],
+             c["conservative_verdict"]] if "p_value" in c else [c["metric"], c["arm_a"], c["arm_b"], *["-"] * 10, c["verdict"],
                                                                c["verdict"]] for c in pooled]), ""]
         parts += ["CMH: each item is a stratum, arm x correct counted over each arm's seeds; items on which every seed of both "
                   "arms agrees carry no evidence (informative items are the rest). With one seed per arm this is McNemar's "
                   "chi-square. Chi-square(1) approximation, no continuity correction. It counts answers, so it treats seed-to-seed "
                   "variation as per-item noise. Seed-level: Welch's t-test on the per-seed accuracies, each training run one "
-                  "observation (one-sample t against an arm that is a single model). verdict (both tests): significant only "
+                  "observation (one-sample t against an arm that is a single model). Item-level: each item one observation, its "
+                  "accuracy averaged over each arm's seeds; a two-sided sign-flip test of the mean difference (20,000 draws, "
+                  "a fixed generator), the test to quote when the claim is about items. A single model enters every test "
+                  "once, however many seeds the other arm has. verdict (both tests): significant only "
                   "when both p-values are below alpha; claims across seeds follow it. No multiple-comparison correction.", ""]
         notes = sorted({f"{c['arm_a']} vs {c['arm_b']}: {c['seed_note']}" for c in pooled if c.get("seed_note")})
         parts += [f"seed-level test undefined for {n}" for n in notes] + ([""] if notes else [])
