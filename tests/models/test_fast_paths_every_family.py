@@ -201,3 +201,27 @@ def test_finished_rows_leave_the_batch_and_the_others_decode_what_generate_decod
     still = [sum(end > step for end in ends) for step in range(cap)]  # rows decoding at each step
     assert batch_sizes == [len(parts)] + still[1:], "a pass computed a finished row"  # the prefill, then one pass per step
     assert [tokens for tokens, _ in steps] == still and sum(finished for _, finished in steps) == len(parts)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_prefix_shared_by_every_row_is_prefilled_once_and_decodes_what_generate_decodes(family):
+    """Rows opening with the same 20 tokens (a system prompt) and paddings on both sides of the shared
+    columns: full-attention models prefill the prefix once (windowed ones prefill in full), and every
+    row's greedy tokens are `generate`'s."""
+    from transformers import GenerationConfig
+
+    from posttrain.generation.decoding import forward_options, preallocated_cache, shared_prefix
+
+    ours, _ = as_posttrain_runs_it(family_model(family))
+    ours.eval()
+    prefix = rows([20], seed=7)[0]
+    parts = [torch.cat([prefix, r]) for r in rows([15, 21, 19, 12, 36], seed=8)]  # pads 21, 15, 17, 24, 0
+    width = max(len(r) for r in parts)
+    ids = torch.stack([torch.cat([r.new_zeros(width - len(r)), r]) for r in parts])
+    mask = torch.stack([torch.cat([torch.zeros(width - len(r), dtype=torch.long), torch.ones(len(r), dtype=torch.long)]) for r in parts])
+    config = GenerationConfig(max_new_tokens=2 * WINDOW, do_sample=False, eos_token_id=2, pad_token_id=0)
+    with torch.no_grad():
+        expected = ours.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+        shared = shared_prefix(ours, preallocated_cache(ours.config, width + 1), ids, mask, forward_options(ours))
+    assert shared == (20 if family in ("llama", "qwen3") else 0)  # the others have sliding-window layers
+    assert torch.equal(decode(ours, ids, mask, config), expected)

@@ -11,6 +11,9 @@ does about each (benchmarks/rollout_speed.py measures it side by side):
   runs without dropout (`inference_weights.inference_linears`);
 - **group prompts are prefilled once**: GRPO repeats each prompt `num_generations` times; the
   prompt's keys and values are computed for one copy and repeated in the cache;
+- **a prefix all prompts share is prefilled once**: an evaluation's or a GRPO batch's prompts open with
+  the same system prompt (97 of SmolLM2's ~125 tokens per arithmetic item); its keys and values are
+  computed for one row and written into every row's place in the cache (`shared_prefix`);
 - **no cache copies**: keys and values go into buffers sized for the whole generation
   (`preallocated_cache`; the default cache concatenates, copying every layer's cache per token);
 - **logits only where they are sampled**: the prefill asks the model for the last position's logits;
@@ -131,7 +134,8 @@ def decode(model, input_ids, attention_mask, generation_config, *, weights: bool
         cache = preallocated_cache(model.config, input_ids.shape[1] + config.max_new_tokens)
         mask = attention_mask[unique]
         positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as generate derives them
-        out = model(input_ids=input_ids[unique], attention_mask=mask, position_ids=positions, use_cache=True,
+        start = shared_prefix(model, cache, input_ids[unique], mask, forward_kwargs)  # columns already in the cache
+        out = model(input_ids=input_ids[unique, start:], attention_mask=mask, position_ids=positions[:, start:], use_cache=True,
                     **{forward_kwargs["cache"]: cache}, **forward_kwargs["extra"])
         if len(unique) < batch:
             cache.reorder_cache(inverse)
@@ -167,6 +171,50 @@ def decode(model, input_ids, attention_mask, generation_config, *, weights: bool
                         use_cache=True, **{forward_kwargs["cache"]: cache}, **forward_kwargs["extra"])
             logits = out.logits[:, -1].float()
     return sequences[:, :end + 1]
+
+
+SHARED_PREFIX_MIN = 16  # tokens; a shorter shared prefix does not repay its own forward pass
+
+
+def shared_prefix(model, cache, input_ids, attention_mask, forward_kwargs) -> int:
+    """Prefill the tokens every (left-padded) row starts with once, for one row, and write their keys
+    and values into each row's columns of `cache`; return the first column the batch's own prefill must
+    compute (0: nothing shared). Row i holds the prefix in columns [pad_i, pad_i + L); the batch prefill
+    starts at `min(pad) + L`, so a row with more padding recomputes the part of the prefix past that
+    column. Keys and values at a position depend only on the tokens up to it, so the cache holds what a
+    full prefill writes, up to float rounding. Only where every layer is a preallocated full-attention
+    layer (a sliding window keeps only its last positions: such models prefill in full); pad columns
+    hold zeros, which the mask hides."""
+    import os
+
+    import torch
+
+    layer_class = _preallocated_layer_class()
+    if len(input_ids) < 2 or not cache.layers or not all(type(layer) is layer_class for layer in cache.layers):
+        return 0
+    pads = (attention_mask == 0).sum(-1).tolist()
+    rows = [ids[pad:] for ids, pad in zip(input_ids.tolist(), pads)]
+    if any(mask[pad:].count(0) for mask, pad in zip(attention_mask.tolist(), pads)):
+        return 0  # not left padding
+    length = min(len(os.path.commonprefix(rows)), min(map(len, rows)) - 1)  # every row prefills its last token itself
+    if length < SHARED_PREFIX_MIN:
+        return 0
+    start = min(pads) + length
+    one = preallocated_cache(model.config, length)
+    prefix = input_ids.new_tensor(rows[0][:length])[None]
+    model(input_ids=prefix, attention_mask=torch.ones_like(prefix), position_ids=torch.arange(length, device=prefix.device)[None],
+          use_cache=True, **{forward_kwargs["cache"]: one}, **forward_kwargs["extra"])
+    batch = len(input_ids)
+    for layer, shared in zip(cache.layers, one.layers):
+        layer.lazy_initialization(shared.keys.expand(batch, -1, -1, -1), shared.values.expand(batch, -1, -1, -1))
+        for buffer, values in ((layer.key_buffer, shared.keys), (layer.value_buffer, shared.values)):
+            buffer[:, :, :start] = 0
+            for row, pad in enumerate(pads):
+                if pad < start:
+                    buffer[row, :, pad:start] = values[0, :, :start - pad]
+        layer.filled = start
+        layer.keys, layer.values = layer.key_buffer[:, :, :start], layer.value_buffer[:, :, :start]
+    return start
 
 
 def sample(probs, rows=None, batch: int | None = None):

@@ -7,10 +7,16 @@ tests/generation/test_fast_decode.py."""
 from posttrain.generation import decoding
 
 
-def multinomial(probs):
+def multinomial(probs, rows=None, batch=None):
+    """`generate`'s draw: `torch.multinomial` over the whole batch, which on a CPU is the argmax of
+    probs / q for q ~ Exp(1), one per row and token, finished rows included (`generate` keeps them;
+    posttrain's loop drops them, so the exponentials of its `rows` are taken from a whole batch's)."""
     import torch
 
-    return torch.multinomial(probs, num_samples=1).squeeze(1)
+    if rows is None:
+        return torch.multinomial(probs, num_samples=1).squeeze(1)
+    q = probs.new_empty(batch, probs.shape[-1]).exponential_(1)[rows]
+    return (probs / q).argmax(-1)
 
 
 decoding.sample = multinomial
