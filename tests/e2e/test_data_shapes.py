@@ -8,7 +8,9 @@ rows) is refused, naming the file, row and column."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -89,6 +91,26 @@ def recipe(tmp_path: Path, algorithm: str, data: Path, **data_keys) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def _own_import_path(monkeypatch):
+    """`validate` run in this process adds the recipe's folder to sys.path (as tests/cli/conftest.py says)."""
+    import posttrain.user_code as user_code
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(user_code, "_SEARCHED", [])
+
+
+def validate(recipe_path: Path, capsys) -> SimpleNamespace:
+    """`posttrain validate RECIPE` in this process (the CLI's own `main`, as tests/cli/test_bad_input.py runs it):
+    validate loads no model, and a fork per case would cost more than the command. An exception that escapes
+    `main` fails the test, as a traceback would."""
+    from posttrain.cli import main
+
+    code = main(["validate", str(recipe_path)])
+    out = capsys.readouterr()
+    return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+
+
 def trains_or_refuses(result) -> bool:
     """Exit 0, or exit 2 with one `error:` line; never a traceback."""
     out = result.stdout[-3000:] + result.stderr[-3000:]
@@ -101,10 +123,10 @@ def trains_or_refuses(result) -> bool:
 
 
 @pytest.mark.parametrize(("algorithm", "shape"), CASES, ids=[f"{a}-{s}" for a, s in CASES])
-def test_fuzzed_data_trains_or_is_refused_in_validate_and_train(cli, tmp_path, algorithm, shape):
+def test_fuzzed_data_trains_or_is_refused_in_validate_and_train(cli, capsys, tmp_path, algorithm, shape):
     rows = fuzzed_rows(shape)
     path = recipe(tmp_path, algorithm, write_jsonl(tmp_path / "fuzz.jsonl", rows))
-    validated = cli("validate", path)
+    validated = validate(path, capsys)
     assert trains_or_refuses(validated), validated.stderr[-2000:]  # every file here has good rows to train on
     line = next(line for line in validated.stdout.splitlines() if line.startswith("# data: data.datasets[0]"))
     kept, total = map(int, line.split(": kept ")[1].split(" rows")[0].split(" of "))
@@ -118,19 +140,18 @@ def test_fuzzed_data_trains_or_is_refused_in_validate_and_train(cli, tmp_path, a
 
 @pytest.mark.parametrize(("algorithm", "shape", "column"), [
     ("dpo", "preference-text", "chosen"), ("kto", "unpaired-text", "completion"), ("grpo", "prompt-text", "question")])
-def test_a_chat_among_text_rows_is_refused_naming_file_row_and_column(cli, tmp_path, algorithm, shape, column):
+def test_a_chat_among_text_rows_is_refused_naming_file_row_and_column(cli, capsys, tmp_path, algorithm, shape, column):
     rows = [good_row(shape, i) for i in range(1, 9)]
     rows[5] = good_row(shape.replace("text", "chat"), 6)
     data = write_jsonl(tmp_path / "mixed.jsonl", rows)
-    keys = {"use_chat_template": False} if algorithm == "grpo" else {}  # GRPO otherwise sends text prompts as chats
-    for command in (["validate"], ["train", "--recipe"]):
-        result = cli(*command, recipe(tmp_path, algorithm, data, **keys))
+    path = recipe(tmp_path, algorithm, data, **({"use_chat_template": False} if algorithm == "grpo" else {}))  # else GRPO sends text as chats
+    for result in (validate(path, capsys), cli("train", "--recipe", path)):
         assert result.returncode == 2 and not trains_or_refuses(result)
         assert f"data.datasets[0] ({data}): row 5 column {column!r} is a chat but the rows before it are text" in result.stderr
     assert not (tmp_path / "run").exists()
 
 
-def test_a_gold_column_mixing_numbers_and_text_trains_as_eval_reads_it(cli, tmp_path):
+def test_a_gold_column_mixing_numbers_and_text_trains_as_eval_reads_it(cli, capsys, tmp_path):
     """The issue's file: `num` is 12 in most rows, "1,400" in one and "twelve" in another. The reward compares
     `num` as numbers: "1,400" trains (as `posttrain eval` reads it), "twelve" is dropped and named by row."""
     rows = [{"question": f"What is {i} + {i}?", "num": 2 * i} for i in range(1, 21)]
@@ -142,7 +163,7 @@ def test_a_gold_column_mixing_numbers_and_text_trains_as_eval_reads_it(cli, tmp_
         "data": {"datasets": [{"name": str(data), "prompt_column": "question", "answer_column": "num"}]},
         "training": {"algorithm": "grpo", "output_dir": str(tmp_path / "run"), **TRAIN, **RL,
                      "rewards": [{"name": "answer_match"}, {"name": "loose_match", "answer_column": "num"}]}}))
-    validated = cli("validate", path)
+    validated = validate(path, capsys)
     assert validated.returncode == 0, validated.stderr[-3000:]
     assert (f"# data: data.datasets[0] ({data}, prompt): kept 19 of 20 rows; dropped 1 'num' not a number the rewards can "
             "compare (e.g. 'twelve') (row 5)") in validated.stdout
@@ -152,8 +173,6 @@ def test_a_gold_column_mixing_numbers_and_text_trains_as_eval_reads_it(cli, tmp_
 
 
 def test_gold_columns_are_read_as_eval_reads_them_and_other_columns_as_the_file_holds_them(tmp_path):
-    from types import SimpleNamespace
-
     from posttrain.data.prompts import read_prompt_rows
     from posttrain.evaluation.tasks import TaskOptions, TASKS
 
