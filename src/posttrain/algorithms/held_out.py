@@ -54,7 +54,10 @@ class HeldOutScores(TrainerCallback):
     `attach(trainer)` must be called once the trainer exists: generation needs its model and tokenizer."""
 
     def __init__(self, spec, items: list[dict], output_dir: Path, *, rl: bool, use_chat_template: bool = True):
+        from posttrain.evaluation.tasks import get_task
+
         self.spec, self.items, self.output_dir = spec, items, output_dir
+        self.max_new_tokens = spec.max_new_tokens or get_task(spec.task).max_new_tokens  # eval's default when unset
         self.rl = rl  # RL runs decode every step: their frozen weights' packed copies are worth keeping
         self.use_chat_template = use_chat_template
         self.trainer = None
@@ -142,10 +145,10 @@ class HeldOutScores(TrainerCallback):
         wrapped = trainer.accelerator.native_amp
         try:  # float32 on a CPU, as `posttrain eval` loads the model there (bf16 autocast is for the training passes)
             with without_autocast(model, wrapped) if trainer.args.use_cpu else nullcontext(), torch.no_grad():
-                greedy = evaluate("held_out", engine, mine, SamplingParams(max_new_tokens=spec.max_new_tokens, seed=spec.seed)) if mine else []
+                greedy = evaluate("held_out", engine, mine, SamplingParams(max_new_tokens=self.max_new_tokens, seed=spec.seed)) if mine else []
                 sampled = []
                 if spec.pass_k and mine:
-                    params = SamplingParams(max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, seed=spec.seed)
+                    params = SamplingParams(max_new_tokens=self.max_new_tokens, temperature=spec.temperature, seed=spec.seed)
                     repeated = [item for item in mine for _ in range(spec.pass_k)]
                     sampled = evaluate("held_out_sampled", engine, repeated, params)
         finally:

@@ -355,14 +355,22 @@ def _held_out(recipe, output_dir: Path):
     """The held-out scorer of a recipe with a held_out section (algorithms/held_out.py), its items loaded; else None."""
     if recipe.held_out is None:
         return None
-    from posttrain.evaluation.tasks import held_out_items
+    from posttrain.evaluation.tasks import get_task, held_out_items
 
     from .held_out import HeldOutScores
 
-    items = held_out_items(recipe.held_out)  # a UserError names the held_out key
-    log(f"held-out: {len(items)} items of task {recipe.held_out.task}, scored at step 0 and every {recipe.held_out.every} steps")
-    return HeldOutScores(recipe.held_out, items, output_dir, rl=ALGORITHMS[recipe.training.algorithm].rl,
-                         use_chat_template=getattr(recipe.data, "use_chat_template", True))
+    spec = recipe.held_out
+    items = held_out_items(spec)  # a UserError names the held_out key
+    scorer = HeldOutScores(spec, items, output_dir, rl=ALGORITHMS[recipe.training.algorithm].rl,
+                           use_chat_template=getattr(recipe.data, "use_chat_template", True))
+    # what differs from `posttrain eval --task ...` at its defaults, said where the scores begin
+    differences = [f"held_out.n={spec.n} (posttrain eval scores every item unless --n)"] if spec.n is not None else []
+    if spec.max_new_tokens is not None:
+        differences.append(f"held_out.max_new_tokens={spec.max_new_tokens} (posttrain eval's default for {spec.task}: "
+                           f"{get_task(spec.task).max_new_tokens})")
+    log(f"held-out: {len(items)} items of task {spec.task}, at most {scorer.max_new_tokens} new tokens, scored at step 0 and "
+        f"every {spec.every} steps" + (f"; unlike posttrain eval's defaults: {', '.join(differences)}" if differences else ""))
+    return scorer
 
 
 def _callbacks(recipe, monitor, output_dir: Path, recipe_text: str, storage, stop, segments, resume_from, held_out=None) -> list:

@@ -34,7 +34,9 @@ class HeldOutSection(Section):
         "evaluation, so each is paired with step 0's answer to the same item. Each evaluation costs one greedy answer per item.")
     seed: StrictInt = Field(0, description="Seed of the item shuffle (--seed) and of pass@k sampling.")
     every: StrictInt = Field(10, ge=1, description="Score every this many optimizer steps, besides step 0 (before any update) and the last step.")
-    max_new_tokens: StrictInt = Field(256, ge=1, description="Tokens per answer at most (--max-new-tokens).")
+    max_new_tokens: StrictInt | None = Field(
+        None, ge=1, description="Tokens per answer at most (--max-new-tokens); null (default): the task's own budget, as "
+        "`posttrain eval` uses it (arithmetic 128, mmlu 256, gsm8k, math and custom 512).")
     batch_size: StrictInt | None = Field(None, ge=1, description="Prompts per generation batch (--batch-size; default 64 on a CPU, 16 on a GPU).")
     pass_k: StrictInt = Field(
         0, ge=0,
