@@ -23,8 +23,10 @@ def test_gpu_benchmark_toy_run_on_cpu(repo, tmp_path):
         assert "failed" not in rows[case], rows[case]
         assert rows[case]["tokens_per_s"] > 0 and rows[case]["peak_memory_mb"] > 0
     assert rows["sft_posttrain"]["mfu"] is None  # no GPU, no peak FLOP/s: never an invented number
-    # posttrain and plain TRL really ran the same training (same first loss; on a CPU with native bf16
-    # posttrain's attention for short rows is the model's eager one, TRL's sdpa: they round apart by ~2e-5)
-    assert rows["sft_posttrain"]["first_loss"] == pytest.approx(rows["sft_trl"]["first_loss"], rel=1e-4)
+    # posttrain and plain TRL really ran the same training: the same first loss, in float32 (the toy pins it): the
+    # mean over the batch's tokens of log-sum-exps over 1,152 logits, from sums of up to 768 terms that posttrain's
+    # flattened rows add in another order than TRL's padded batch (float32 steps: 1.2e-7; the same sums in the
+    # flattened-batch tests differ by under 1e-6 on AVX2, avx512 and AMX kernels)
+    assert rows["sft_posttrain"]["first_loss"] == pytest.approx(rows["sft_trl"]["first_loss"], rel=1e-5)
     assert rows["qlora"]["skipped"] == "no CUDA GPU"
     assert rows["gen_vllm"]["skipped"] in ("vllm not installed", "no CUDA GPU")

@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from tolerances import assert_within_bf16_rounding, float32_sum_atol
 from transformers import AutoModelForCausalLM
 
 from posttrain.models.cpu_attention import NAME, SHORT_KEYS, attention, use_on_cpu
@@ -46,9 +47,14 @@ def test_short_training_passes_compute_what_eager_attention_computes(tiny_dir, p
     loss, grad = loss_and_grad(ours, batch)
     eager_loss, eager_grad = loss_and_grad(eager, batch)
     sdpa_loss, _ = loss_and_grad(sdpa, batch)
-    assert torch.equal(loss, eager_loss) and torch.equal(grad, eager_grad)
-    assert loss != sdpa_loss  # the kernels round differently: the equality above is not trivial
-    torch.testing.assert_close(loss, sdpa_loss, rtol=2e-2, atol=0)  # and both are the same attention
+    assert torch.equal(loss, eager_loss) and torch.equal(grad, eager_grad)  # the same kernel on the same shapes
+    # the kernels round at different places (eager: scores and probabilities to bf16; sdpa's flash kernel: float32
+    # inside), so over 120 x 1,152 logits they never all round alike: the equality above is not trivial
+    assert loss != sdpa_loss
+    # and both are the same attention: each token's loss moves by at most twice its logits' largest change, here up to
+    # two bf16 steps of the largest logit (a step is 2^-4 = 0.06 at 8-16 with these weights), against a mean loss
+    # near 13: 2 x 2 x 0.06 / 13 = 2e-2
+    torch.testing.assert_close(loss, sdpa_loss, rtol=2e-2, atol=0)
 
 
 def test_long_rows_and_float32_stay_on_sdpa(tiny_dir):
@@ -99,10 +105,12 @@ def test_each_flattened_row_computes_what_it_computes_alone(tiny_dir, bf16):
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         together = model(**{k: v for k, v in batch.items() if k != "labels"}, use_cache=False).logits[0].split([7, 31, 12, 20])
         alone = [model(input_ids=torch.tensor([r["input_ids"]])).logits[0] for r in rows]
+    with torch.no_grad():
+        alone_float32 = [model(input_ids=torch.tensor([r["input_ids"]])).logits[0] for r in rows]
     for i, (a, b) in enumerate(zip(together, alone)):
-        if bf16:  # eager within each row, as alone: bit-equal (sdpa's dense mask over the flat row: 0.1 apart)
-            assert torch.equal(a, b), f"row {i}: {(a - b).abs().max()}"
-        else:  # sdpa on padded rows against one row: rounding only (logits up to ~14)
+        if bf16:  # eager within each row, as alone; other shapes round otherwise (avx512 without AMX: one bf16 step apart)
+            assert_within_bf16_rounding(a, b, alone_float32[i], msg=f"row {i}")
+        else:  # sdpa on padded rows against one row: float32 rounding only, logits up to ~14 (one float32 step: 1e-6)
             torch.testing.assert_close(a, b, rtol=0, atol=1e-4, msg=f"row {i}")
 
 
@@ -143,4 +151,4 @@ def test_a_flattened_batch_trains_as_its_padded_batch(tiny_dir):
         grads.append((loss, model.model.layers[0].self_attn.q_proj.weight.grad.clone()))
     (flat_loss, flat_grad), (padded_loss, padded_grad) = grads
     torch.testing.assert_close(flat_loss, padded_loss, rtol=1e-5, atol=0)
-    torch.testing.assert_close(flat_grad, padded_grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(flat_grad, padded_grad, rtol=1e-4, atol=float32_sum_atol(padded_grad, terms=70))  # 70 tokens
