@@ -81,6 +81,27 @@ def test_the_last_score_is_what_posttrain_eval_gives_the_saved_model(runs, cli):
     assert [evaluated[i]["completion"] for i in scored] == [scored[i]["completion"] for i in scored]
 
 
+def test_under_bf16_autocast_the_scores_are_still_what_posttrain_eval_gives(runs, cli):
+    """Training under bf16 autocast (the CPUs with avx512_bf16 or AMX run it by default) must not leak into held-out
+    scoring: every evaluation, step 0's included, runs the float32 forward that `posttrain eval` runs on the saved model."""
+    from posttrain.models.loading import cpu_bf16_flag
+
+    out = runs / "bf16"
+    ran = cli(*SFT, "training.max_steps=20", "training.bf16=true", f"training.output_dir={out}",
+              f"held_out={{task: custom, data: {runs / 'trained-sums.jsonl'}, n: 40, every: 20, max_new_tokens: 8}}")
+    if cpu_bf16_flag() is None:  # an AVX2 CPU: no autocast path to check, bf16 is refused before anything runs
+        assert ran.returncode == 2 and "training.bf16" in ran.stdout + ran.stderr
+        return
+    _ok(ran)
+    for step, model in ((0, "tiny:qwen2-1m"), (20, str(out))):
+        evaluated = runs / f"bf16-eval-{step}"
+        _ok(cli("eval", "--model", model, "--task", "custom", "--data", str(runs / "trained-sums.jsonl"), "--n", "40",
+                "--max-new-tokens", "8", "--no-progress", "--out", str(evaluated)))
+        by_eval = {r["id"]: r["completion"] for r in map(json.loads, (evaluated / "samples.jsonl").read_text().splitlines())}
+        scored = {r["id"]: r["completion"] for r in map(json.loads, (out / "held_out" / f"step-{step}.jsonl").read_text().splitlines())}
+        assert scored == by_eval, step
+
+
 def test_scoring_changes_nothing_about_what_trains(runs):
     losses = lambda run: [(r["step"], r["loss"]) for r in _records(run) if "loss" in r]
     assert losses(runs / "sft") == losses(runs / "plain") and len(losses(runs / "plain")) == 12
