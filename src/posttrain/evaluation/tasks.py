@@ -288,7 +288,8 @@ def _with_images(messages: list[dict], row: dict, index: int, opts: TaskOptions,
 TASKS: dict[str, Task] = {
     t.name: t
     for t in (
-        # one or two operations: the worked answer in the <think>/<answer> format is at most ~40 tokens
+        # one or two operations: the worked answer in the <think>/<answer> format is 41 tokens on average, 52 at most
+        # (SmolLM2's tokenizer, benchmarks/eval_speed.py), so 128 leaves room for a wordier model
         Task("arithmetic", "number", "offline generated word problems (seed 1234, from the share of questions training data never holds)", _arithmetic,
              max_new_tokens=128),
         # multi-step word problems (2 to 8 steps each, as the GSM8K paper counts them)
