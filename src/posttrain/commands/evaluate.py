@@ -55,7 +55,7 @@ def _shared_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-seed", type=int, default=None, help="arithmetic task: generator seed (default 1234); any seed draws only from the questions training data never holds")
     p.add_argument("--seed", type=int, default=0, help="seed of the item shuffle and of sampling (default 0)")
     p.add_argument("--max-new-tokens", type=COUNT, default=None,
-                   help="generation budget per answer, in tokens (default: the task's, arithmetic 128, mmlu 256, gsm8k and custom 512)")
+                   help="generation budget per answer, in tokens (default: the task's, arithmetic 128, mmlu 256, gsm8k, math and custom 512)")
     p.add_argument("--temperature", type=TEMPERATURE, default=0.0, help="0 = greedy, the default: deterministic answers make the paired test exact")
     p.add_argument("--top-p", type=TOP_P, default=1.0, help="nucleus sampling mass when --temperature > 0 (default 1.0)")
     p.add_argument("--alpha", type=ALPHA, default=0.05, help="significance level of verdicts and 1 - level of the CIs (default 0.05)")
