@@ -43,6 +43,14 @@ def rows(lengths=LENGTHS, seed=2):
     return [torch.randint(3, 128, (n,)) for n in lengths]
 
 
+def left_padded(parts: list) -> tuple:
+    """Rows padded on the left with token 0, as a decoding batch holds them, and their attention mask."""
+    width = max(len(r) for r in parts)
+    ids = torch.stack([torch.cat([r.new_zeros(width - len(r)), r]) for r in parts])
+    mask = torch.stack([torch.cat([torch.zeros(width - len(r), dtype=torch.long), torch.ones(len(r), dtype=torch.long)]) for r in parts])
+    return ids, mask
+
+
 def loss_and_grads(model, batch):
     model.zero_grad()
     loss = model(**batch, use_cache=False).loss
@@ -120,9 +128,8 @@ def test_the_decoding_loop_generates_what_generate_generates(family):
     ours.eval()
     parts = rows([5, 11, 9, 11], seed=5)  # two rows alike: one shared prefill
     parts[3] = parts[1]
-    width = max(len(r) for r in parts)
-    ids = torch.stack([torch.cat([r.new_zeros(width - len(r)), r]) for r in parts])
-    mask = torch.stack([torch.cat([torch.zeros(width - len(r), dtype=torch.long), torch.ones(len(r), dtype=torch.long)]) for r in parts])
+    ids, mask = left_padded(parts)
+    width = ids.shape[1]
     config = GenerationConfig(max_new_tokens=3 * WINDOW, do_sample=False, eos_token_id=2, pad_token_id=0)
     with torch.no_grad():
         expected = ours.generate(input_ids=ids, attention_mask=mask, generation_config=config)
@@ -173,9 +180,8 @@ def test_finished_rows_leave_the_batch_and_the_others_decode_what_generate_decod
     ours, _ = as_posttrain_runs_it(family_model(family))
     ours.eval()
     parts = rows([5, 11, 9, 7], seed=5)
-    width = max(len(r) for r in parts)
-    ids = torch.stack([torch.cat([r.new_zeros(width - len(r)), r]) for r in parts])
-    mask = torch.stack([torch.cat([torch.zeros(width - len(r), dtype=torch.long), torch.ones(len(r), dtype=torch.long)]) for r in parts])
+    ids, mask = left_padded(parts)
+    width = ids.shape[1]
     cap = 3 * WINDOW
 
     def config(stops):
@@ -216,9 +222,8 @@ def test_a_prefix_shared_by_every_row_is_prefilled_once_and_decodes_what_generat
     ours.eval()
     prefix = rows([20], seed=7)[0]
     parts = [torch.cat([prefix, r]) for r in rows([15, 21, 19, 12, 36], seed=8)]  # pads 21, 15, 17, 24, 0
-    width = max(len(r) for r in parts)
-    ids = torch.stack([torch.cat([r.new_zeros(width - len(r)), r]) for r in parts])
-    mask = torch.stack([torch.cat([torch.zeros(width - len(r), dtype=torch.long), torch.ones(len(r), dtype=torch.long)]) for r in parts])
+    ids, mask = left_padded(parts)
+    width = ids.shape[1]
     config = GenerationConfig(max_new_tokens=2 * WINDOW, do_sample=False, eos_token_id=2, pad_token_id=0)
     with torch.no_grad():
         expected = ours.generate(input_ids=ids, attention_mask=mask, generation_config=config)
