@@ -18,7 +18,7 @@ from posttrain.errors import UserError
 EXIT_BAD_INPUT = 2
 
 # Modules under posttrain.commands that add their own subcommands (generate, eval, compare, ...).
-COMMAND_MODULES: list[str] = ["generate", "evaluate", "report", "convert", "vllm_serve", "export", "recipes", "demo", "docs", "env"]
+COMMAND_MODULES: list[str] = ["generate", "evaluate", "report", "convert", "vllm_serve", "export", "recipes", "demo", "docs", "env", "experiment"]
 
 EPILOG_TRAIN = """\
 examples:

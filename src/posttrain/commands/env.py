@@ -42,7 +42,7 @@ def report() -> dict[str, str]:
     out = {"posttrain": _posttrain()}
     out["python"] = f"{platform.python_version()} ({platform.python_implementation()}, {sys.executable})"
     out["os"] = platform.platform()
-    out["cpu"], out["cpu flags"] = _cpu()
+    out["cpu"], out["cpu flags"] = cpu_description()
     for name in PACKAGES:
         version = _version(name)
         if version is not None or name in ("torch", "transformers", "trl", "peft", "accelerate", "datasets"):
@@ -82,7 +82,7 @@ def _git(root: Path, *args: str) -> str:
     return result.stdout.strip()
 
 
-def _cpu(cpuinfo: str | None = None) -> tuple[str, str]:
+def cpu_description(cpuinfo: str | None = None) -> tuple[str, str]:
     """(model and logical cores, the CPU_FLAGS it has) from /proc/cpuinfo; platform's word elsewhere."""
     cores = os.cpu_count() or "?"
     if cpuinfo is None:
