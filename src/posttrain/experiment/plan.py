@@ -36,7 +36,9 @@ METRICS = ("strict", "loose")
 DIRECTIONS = ("greater", "less")
 RESERVED = ("start", "base")  # the start, and the model the start trained from (compare's own arm name)
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
-TEST_KEYS = {"task", "data", "n", "max_new_tokens", "seed", "data_seed", "batch_size", "prompt_column", "answer_column"}
+# compare's options a test set may give (tools: MODULE:FUNCTION offered to every model, as `compare --tools`)
+TEST_KEYS = {"task", "data", "n", "max_new_tokens", "seed", "data_seed", "batch_size", "prompt_column", "answer_column", "tools",
+             "max_tool_turns"}
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class Plan:
     test: dict
     hypotheses: dict[str, Hypothesis]
     descriptive: dict[str, Hypothesis]  # comparisons reported beside the hypotheses, deciding nothing
+    measures: dict[str, str]  # name -> regular expression: the share of each model's answers it matches (descriptive)
     rule: str = "per_seed"
     alpha: float = 0.05
     correction: str = "none"
@@ -102,7 +105,7 @@ class Plan:
 
         return Plan(self.path, self.name, self.question, fast.get("model", self.model), shrink(self.start),
                     {k: shrink(s) for k, s in self.arms.items()}, {k: shrink(s) for k, s in self.controls.items()},
-                    self.forced_format, {**self.test, **(fast.get("test") or {})}, self.hypotheses, self.descriptive, self.rule, self.alpha,
+                    self.forced_format, {**self.test, **(fast.get("test") or {})}, self.hypotheses, self.descriptive, self.measures, self.rule, self.alpha,
                     self.correction, self.expected, self.lanes, {})
 
 
@@ -127,7 +130,7 @@ def load_plan(path: str | Path, check_files: bool = True) -> Plan:
 
 
 def _build(path: Path, raw: dict, problems: list[str], check_files: bool) -> Plan | None:
-    known = {"experiment", "question", "model", "start", "arms", "controls", "test", "hypotheses", "descriptive", "decision", "expected",
+    known = {"experiment", "question", "model", "start", "arms", "controls", "test", "hypotheses", "descriptive", "measures", "decision", "expected",
              "lanes", "fast"}
     problems += [f"unknown key {k!r} (known: {', '.join(sorted(known))})" for k in raw if k not in known]
     name = raw.get("experiment")
@@ -165,6 +168,12 @@ def _build(path: Path, raw: dict, problems: list[str], check_files: bool) -> Pla
     descriptive = _comparisons("descriptive", _mapping(raw, "descriptive", problems), models, problems)
     if set(hypotheses) & set(descriptive):
         problems.append(f"descriptive: {sorted(set(hypotheses) & set(descriptive))} already name hypotheses")
+    measures = _mapping(raw, "measures", problems)
+    for k, pattern in measures.items():
+        try:
+            re.compile(str(pattern))
+        except re.error as e:
+            problems.append(f"measures.{k}: {pattern!r} is not a regular expression ({e})")
     decision = raw.get("decision") or {}
     rule, alpha, correction = decision.get("rule", "per_seed"), decision.get("alpha", 0.05), decision.get("correction", "none")
     if set(decision) - {"rule", "alpha", "correction"}:
@@ -202,7 +211,8 @@ def _build(path: Path, raw: dict, problems: list[str], check_files: bool) -> Pla
             problems.append(f"fast.overrides.{stage}: not a training stage of the plan")
     if problems:
         return None
-    return Plan(path, name, str(raw.get("question", "")), model, start, arms, controls, forced, test, hypotheses, descriptive, rule,
+    return Plan(path, name, str(raw.get("question", "")), model, start, arms, controls, forced, test, hypotheses, descriptive,
+                {str(k): str(v) for k, v in measures.items()}, rule,
                 float(alpha), correction, dict(expected), lanes, fast)
 
 

@@ -93,7 +93,8 @@ def commands(plan, out: Path, lanes: int) -> dict[str, list[Command]]:
         or "base" in plan.forced_format.values()
     test = plan.test
     options = [f"--{k.replace('_', '-')}={test[k]}" for k in ("data", "n", "max_new_tokens", "seed", "data_seed", "batch_size",
-                                                              "prompt_column", "answer_column") if test.get(k) is not None]
+                                                              "prompt_column", "answer_column", "tools", "max_tool_turns")
+               if test.get(k) is not None]
     compare = Command("compare", posttrain("compare", *arms, *([] if uses_base else ["--no-base"]), "--task", test["task"], *options,
                                            "--no-progress", "--out", str(out / "compare")))
     return {"start": first, "lanes": lane, "compare": [compare]}

@@ -135,7 +135,9 @@ def holm(ps: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def describe(runs: list[dict[str, dict]]) -> dict:
+def describe(runs: list[dict[str, dict]], measures: dict[str, str]) -> dict:
+    import re
+
     from posttrain.rewards.answers import extract_answer
 
     def share(run, f):
@@ -145,7 +147,9 @@ def describe(runs: list[dict[str, dict]]) -> dict:
             **{m: fmean(share(run, lambda r, m=m: bool(r[m])) for run in runs) for m in UNITS},
             "per_seed_loose": [share(run, lambda r: bool(r["loose"])) for run in runs],
             "tags": fmean(share(run, lambda r: extract_answer(r["completion"] or "") is not None) for run in runs),
-            "tokens": fmean(share(run, lambda r: r["completion_tokens"] or 0) for run in runs)}
+            "tokens": fmean(share(run, lambda r: r["completion_tokens"] or 0) for run in runs),
+            **{k: fmean(share(run, lambda r, p=re.compile(p): bool(p.search(r["completion"] or ""))) for run in runs)
+               for k, p in measures.items()}}
 
 
 def build(out: Path) -> dict:
@@ -161,7 +165,7 @@ def build(out: Path) -> dict:
     health = json.loads((out / "health.json").read_text()) if (out / "health.json").is_file() else {}
     result = {"experiment": plan.name, "question": plan.question, "lock": lock, "meta": meta,
               "decision": {"rule": plan.rule, "alpha": plan.alpha, "correction": plan.correction},
-              "models": {name: describe(r) for name, r in runs.items() if r}, "tests": tests, "health": health,
+              "models": {name: describe(r, plan.measures) for name, r in runs.items() if r}, "tests": tests, "health": health,
               "verdict": decide(plan, tests, missing)}
     (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "results.md").write_text(render(plan, result))
@@ -204,10 +208,14 @@ def render(plan: Plan, result: dict) -> str:
               f"{test.get('max_new_tokens', 'the task budget of')} new tokens. Decision: {rule}, alpha {plan.alpha}, "
               f"correction {plan.correction}.", ""]
     lines += ["## Accuracy per model (mean over seeds)", "",
-              "| model | seeds | strict | loose (per seed) | answers in one <answer> block | mean tokens |", "|---|---|---|---|---|---|"]
+              "| model | seeds | strict | loose (per seed) | answers in one <answer> block | mean tokens |"
+              + "".join(f" {k} |" for k in plan.measures), "|---|---|---|---|---|---|" + "---|" * len(plan.measures)]
     for name, d in result["models"].items():
         seeds = f" ({', '.join(_pct(x) for x in d['per_seed_loose'])})" if d["seeds"] > 1 else ""
-        lines.append(f"| {name} | {d['seeds']} | {_pct(d['strict'])} | {_pct(d['loose'])}{seeds} | {_pct(d['tags'])} | {d['tokens']:.1f} |")
+        lines.append(f"| {name} | {d['seeds']} | {_pct(d['strict'])} | {_pct(d['loose'])}{seeds} | {_pct(d['tags'])} | {d['tokens']:.1f} |"
+                     + "".join(f" {_pct(d[k])} |" for k in plan.measures))
+    if plan.measures:
+        lines += ["", "Measures: " + "; ".join(f"{k} is the share of answers matching `{p}`" for k, p in plan.measures.items()) + "."]
     if plan.forced_format:
         lines += ["", "Forced-format controls: " + "; ".join(f"{k} is {v}'s answers with their last number put in `<answer>` tags "
                                                            "(its strict is the source's loose)" for k, v in plan.forced_format.items()) + "."]
