@@ -133,7 +133,7 @@ kl-real: $(GGUF_STAMP) $(REAL_MODEL)
 
 # Does GRPO make the real model better? demo-real's recipes, 3 GRPO seeds, a more-SFT control, 300 test items paired.
 grpo-real: $(GGUF_STAMP) $(REAL_MODEL)
-	$(BIN)/python benchmarks/grpo_real.py --out runs/grpo-real
+	$(BIN)/posttrain experiment run experiments/grpo-real.yaml --out runs/grpo-real
 
 clean:
 	rm -rf runs .pytest_cache
