@@ -21,7 +21,8 @@ RECIPES = REPO / "recipes"
 
 # Test sets the Makefile's and the experiments' `posttrain compare` runs use, with the recipe folder whose runs they compare.
 TEST_SETS = {"recipes/demo/data/eval.jsonl": "recipes/demo", "recipes/demo-real/data/test.jsonl": "recipes/demo-real",
-             "recipes/demo-real/data/eval.jsonl": "recipes/demo-real", "recipes/tool-use/data/eval.jsonl": "recipes/tool-use"}
+             "recipes/demo-real/data/eval.jsonl": "recipes/demo-real", "recipes/tool-use/data/eval.jsonl": "recipes/tool-use",
+             "recipes/demo/kl-real/data/heldout-chats.jsonl": "recipes/demo/kl-real"}
 
 
 def _normal(text: str) -> str:
