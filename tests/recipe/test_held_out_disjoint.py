@@ -112,3 +112,25 @@ def test_the_check_catches_a_shared_question(tmp_path):
     held = tmp_path / "held.jsonl"
     held.write_text(json.dumps({"id": "a", "prompt": [{"role": "user", "content": "3+4"}], "answer": 7}) + "\n")
     assert questions(chat) & questions(held) == {"3+4"}
+
+
+PLANS = sorted((REPO / "experiments").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=lambda p: p.name)
+def test_experiment_test_sets_are_in_no_training_file_of_any_stage(plan, monkeypatch):
+    """Every training file of the plan's start, arms and controls, after the plan's overrides (a plan may point
+    a recipe at other data), against the plan's test set."""
+    from posttrain.experiment.plan import load_plan
+    from posttrain.recipe.load import apply_overrides
+
+    monkeypatch.chdir(REPO)
+    loaded = load_plan(plan)
+    assert loaded.test.get("data"), f"{plan.name}: a shipped plan tests on a file the lock can hash"
+    asked = questions(REPO / loaded.test["data"])
+    stages = [s for s in [loaded.start, *loaded.arms.values(), *loaded.controls.values()] if s is not None]
+    for stage in stages:
+        recipe, _ = apply_overrides(_recipe(REPO / stage.recipe), list(stage.overrides))
+        for train in _local_files(recipe):
+            shared = asked & questions(train)
+            assert not shared, f"{plan.name}: {loaded.test['data']} shares {len(shared)} questions with {train} ({stage.name})"
