@@ -63,12 +63,15 @@ class Internal:
 
 
 _TIMING = "the generation/scoring time split of each RL step (algorithms/monitor.py attach_timers)"
-_SCORING = "the scoring time and the empty <think> share (algorithms/monitor.py attach_timers)"
+_SCORING = ("the scoring time and the empty <think> share (algorithms/monitor.py attach_timers); the rewards "
+            "refill reads to find groups without variance (algorithms/refill.py)")
 _LOGPROBS = "the log-prob time of each RL step (algorithms/monitor.py attach_timers)"
 _ROLLOUTS = ("posttrain's decoding loop for rollouts (algorithms/grpo.py route_generate replaces the unwrapped model's "
              "generate, which this method calls)")
 _REFERENCE = "the reference model as the policy's own weights (algorithms/reference.py); TRL would reload it by name"
 _LOGPROB_FIELDS = ("per_token_logps", "entropies", "aux_loss")
+_REFILL = ("groups without reward variance replaced by fresh prompts (algorithms/refill.py attach_refill; "
+           "training.refill_zero_variance_groups)")
 _CACHE = "posttrain's preallocated KV cache (generation/decoding.py preallocated_cache)"
 _MERGE = "LoRA merged into one weight while decoding (generation/inference_weights.py _lora_forward)"
 _LORA = "peft.tuners.lora.layer"
@@ -84,6 +87,11 @@ def _rl_trainer(module: str, owner: str, family: str) -> list[Internal]:
         Internal(module, owner, "_get_per_token_logps_and_entropies", _LOGPROBS, (family,),
                  "self._get_per_token_logps_and_entropies(", returns=_LOGPROB_FIELDS),
         Internal(module, owner, "_generate_single_turn", _ROLLOUTS, (family,), "unwrapped_model.generate("),
+        Internal(module, owner, "_generate_and_score_completions",
+                 _REFILL + ("; tool-call counts of runs with tools (algorithms/tool_use.py)" if family == "grpo" else ""),
+                 (family,), "self._generate_and_score_completions("),
+        Internal(module, owner, "_metrics", _REFILL + ": the refill/* counts, logged beside TRL's frac_reward_zero_std",
+                 (family,), 'self._metrics[mode]["frac_reward_zero_std"]', instance=True),
     ]
 
 
@@ -131,8 +139,6 @@ INTERNALS = [
              "tool-call counts and health flags of runs with tools (algorithms/tool_use.py)", ("grpo",),
              "self._tool_call_loop(", returns=("tool_mask", "completions", "completion_ids", "logprobs", "tool_call_count",
                                                "tool_failure_count", "tool_images")),
-    Internal("trl.trainer.grpo_trainer", "GRPOTrainer", "_generate_and_score_completions",
-             "tool-call counts of runs with tools (algorithms/tool_use.py)", ("grpo",), "self._generate_and_score_completions("),
     # RLOO runs through GRPO's builder (algorithms/grpo.py build_rl_trainer): the same names on RLOOTrainer.
     *_rl_trainer("trl.trainer.rloo_trainer", "RLOOTrainer", "rloo"),
 

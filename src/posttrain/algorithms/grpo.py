@@ -87,6 +87,16 @@ def build_rl_trainer(run, trainer_class, trainer_module):
         attach_timers(trainer, run.monitor.timers)  # generation / scoring split and empty <think> share
     if run.toolbox is not None and run.monitor is not None:
         attach_tool_counts(trainer, run.monitor.tools, run.toolbox)  # tools/* metrics, health flags
+    draws = run.loaded_recipe.recipe.training.refill_zero_variance_groups
+    if draws:  # off (0) touches nothing: the run is TRL's, bit for bit
+        from .refill import KEY, attach_refill
+
+        if run.loaded.processor is not None:
+            from posttrain.errors import UserError
+
+            raise UserError(f"{KEY}: image prompts are not refilled yet (their pixel batches are not split by group); "
+                            f"set {KEY}=0 for a vision-language model.")
+        log(attach_refill(trainer, draws, log))
     return trainer
 
 

@@ -118,6 +118,17 @@ class RLTrainingBase(TrainingBase):
         "length (counted in tools/truncated). Results count toward max_completion_length: TRL drops a tool turn "
         "that would overflow it.",
     )
+    refill_zero_variance_groups: StrictInt = Field(
+        0, ge=0, le=64,
+        description="Extra generation batches a step may draw to replace groups whose rewards are all equal (advantage 0: "
+        "they teach nothing and dilute the loss). 0 (the default): off, and the run is TRL's. N > 0: such groups are "
+        "dropped and fresh prompts (a seeded shuffle of the training prompts) are generated and scored, up to N more "
+        "generation batches, until every process's batch is full of groups with reward variance; if the draws run out "
+        "the batch is topped up with dropped groups (trained as TRL would) and refill/groups_short says how many. "
+        "Logged: refill/draws, refill/groups_drawn, refill/groups_kept (metrics.jsonl). DAPO's dynamic sampling (Yu et "
+        "al. 2025). Off by default until measured: each draw costs a full generation, the dominant cost of a step on "
+        "a CPU. With several processes each process's generation batch must hold whole groups.",
+    )
     chat_template_path: str | None = Field(
         None,
         description="A Jinja chat template file to use instead of the tokenizer's; it is saved with the trained model. "
@@ -160,6 +171,13 @@ class RLTrainingBase(TrainingBase):
                 f"the generation batch ({gen_batch} = per_device_train_batch_size {value('per_device_train_batch_size')} x "
                 f"{world} process(es) x steps_per_generation {gen_batch // batch}) must hold whole groups of "
                 f"num_generations={num_generations}; make one a multiple of the other."
+            ))
+        elif num_generations and self.refill_zero_variance_groups and (gen_batch // world) % num_generations:
+            out.append(("training.refill_zero_variance_groups",
+                f"each process refills its own groups, so its share of the generation batch ({gen_batch // world} = "
+                f"per_device_train_batch_size {value('per_device_train_batch_size')} x steps_per_generation "
+                f"{gen_batch // batch}) must hold whole groups of num_generations={num_generations}, and with {world} "
+                "processes it does not; make it a multiple of num_generations, or set training.refill_zero_variance_groups=0."
             ))
         return out
 
