@@ -265,10 +265,16 @@ def batching(algorithm="sft", device=CPU, model=None, **training):
     return {k: v for k, (v, _why) in batching_defaults(load_recipe(None, raw=raw).recipe, device).items()}
 
 
-def test_sft_batching_default_per_device():
+def test_sft_batching_default_per_device(monkeypatch):
     """Padding-free (TRL's batches flattened, no padding) where attention keeps the rows apart: CUDA +
-    flash attention, and a CPU with posttrain's CPU attention (the recipe naming none); elsewhere TRL's
-    padded random batches (length grouping changed what the demo learned, so it is opt-in)."""
+    flash attention, and a CPU with posttrain's CPU attention (the recipe naming none; on the CPU kinds
+    where that attention earned its place); elsewhere TRL's padded random batches (length grouping
+    changed what the demo learned, so it is opt-in)."""
+    from posttrain.models import cpu_paths
+
+    monkeypatch.setattr(cpu_paths, "cpu_kind", lambda cpuinfo=None: "avx2")
+    assert batching() == {}  # AVX2: the CPU attention cost SFT 0.75x, so SFT pads as TRL does
+    monkeypatch.setattr(cpu_paths, "cpu_kind", lambda cpuinfo=None: "avx512_bf16")
     cuda = DeviceInfo("cuda", bf16=True)
     assert batching() == {"padding_free": True}
     assert batching(device=cuda) == {}  # sdpa: a dense mask over the flattened batch

@@ -267,10 +267,11 @@ def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
     if held_out is not None:
         held_out.attach(trainer)
     if device.kind == "cpu":  # before the micro-batch rule times a step
-        from posttrain.models import cpu_lm_head
+        from posttrain.models import cpu_lm_head, cpu_paths
         from posttrain.models.flat_batches import flatten_scored_passes
 
-        notes = [cpu_lm_head.use_on_cpu()]
+        algorithm = recipe.training.algorithm
+        notes = [cpu_paths.startup_note(algorithm), cpu_lm_head.use_on_cpu() if cpu_paths.path_on("lm_head", algorithm) else None]
         if ALGORITHMS[recipe.training.algorithm].family == "grpo":
             notes.append(flatten_scored_passes(trainer))
         for note in filter(None, notes):

@@ -84,8 +84,12 @@ def batching_defaults(recipe: Recipe, device) -> dict[str, tuple[object, str]]:
 
 def cpu_attention_applies(recipe: Recipe, device) -> bool:
     """Whether the run's model takes posttrain's CPU attention (`models/cpu_attention.py`): on a CPU,
-    when the recipe names no attention implementation, for text models."""
-    return device.kind == "cpu" and recipe.model.attn_implementation is None and not recipe.uses_images
+    when the recipe names no attention implementation, for text models, where it earned its place on
+    this kind of CPU (`models/cpu_paths.py`)."""
+    from posttrain.models.cpu_paths import path_on
+
+    return (device.kind == "cpu" and recipe.model.attn_implementation is None and not recipe.uses_images
+            and path_on("cpu_attention", recipe.training.algorithm))
 
 
 def reference_defaults(recipe: Recipe) -> dict[str, tuple[object, str]]:

@@ -1,0 +1,59 @@
+"""Which CPU speed paths a run takes, by CPU kind and algorithm: read from the CPU's flags, never from a timing,
+so two runs on one kind of machine train alike.
+
+A path stays on where a race on that kind showed it earns >= 1.1x in speed or peak memory, on and off in one
+run (docs: speed paths). Kinds:
+
+    amx            amx_bf16 (Intel Sapphire Rapids and later): bf16 autocast on AMX tiles
+    avx512_bf16    avx512_bf16 without AMX: bf16 autocast
+    avx2           neither: float32 training
+
+On avx512_bf16 every path earned its place (benchmarks/results/speed_paths_*_avx512.txt). On AMX they run as
+on avx512_bf16: no per-path race was run there (the CPU LM head alone was, 1.22-2.09x: big-vocab results).
+On AVX2 (benchmarks/results/speed_paths_avx2_issue48.md) the CPU attention cost SFT 0.75x and DPO 0.99x, the
+CPU LM head 0.65x and 0.97x: both are off there outside the GRPO family, where the LM head earned 1.20x and
+flattened scoring (which needs the CPU attention to keep rows apart) 1.12x.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PATHS = ("cpu_attention", "lm_head", "flat_scoring")
+NAMES = {"cpu_attention": "CPU attention (and padding-free SFT batches)", "lm_head": "the CPU LM head",
+         "flat_scoring": "flattened GRPO scoring"}
+RL_FAMILY = ("grpo", "gspo", "rloo")
+AVX2_RACE = "benchmarks/results/speed_paths_avx2_issue48.md"
+# kind -> path -> (algorithms where it is ON, why it is off elsewhere); a kind missing here has every path on
+OFF_EXCEPT: dict[str, dict[str, tuple[tuple[str, ...], str]]] = {
+    "avx2": {"cpu_attention": (RL_FAMILY, f"0.75x SFT, 0.99x DPO tokens/s on AVX2 ({AVX2_RACE})"),
+             "lm_head": (RL_FAMILY, f"0.65x SFT, 0.97x DPO tokens/s on AVX2 ({AVX2_RACE})")},
+}
+
+
+def cpu_kind(cpuinfo: str | None = None) -> str:
+    """amx, avx512_bf16 or avx2, from /proc/cpuinfo's flags (avx2 where they cannot be read: the slowest kind's choices)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return "avx2"
+    line = next((line for line in cpuinfo.splitlines() if line.startswith(("flags", "Features"))), "")
+    flags = set(line.partition(":")[2].split())
+    return "amx" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else "avx2"
+
+
+def path_on(path: str, algorithm: str, kind: str | None = None) -> bool:
+    """Whether `path` runs for `algorithm` on this CPU kind."""
+    rule = OFF_EXCEPT.get(kind or cpu_kind(), {}).get(path)
+    return rule is None or algorithm in rule[0]
+
+
+def startup_note(algorithm: str, kind: str | None = None) -> str | None:
+    """The start-up line naming the paths this kind switches off for this algorithm, and why; None when all are on."""
+    kind = kind or cpu_kind()
+    off = [(path, why) for path, (on_for, why) in OFF_EXCEPT.get(kind, {}).items() if algorithm not in on_for]
+    if not off:
+        return None
+    return (f"cpu speed paths ({kind}): " + "; ".join(f"{NAMES[p]} off ({why})" for p, why in off)
+            + ": each path runs only where it earned >= 1.1x on this kind of CPU (posttrain docs results/speed-paths)")
