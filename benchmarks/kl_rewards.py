@@ -1,15 +1,16 @@
-"""Rewards for the KL experiments' *gameable* setups (benchmarks/kl_ablation.py --reward gameable,
+"""Rewards for the KL experiments' *gameable* setups (experiments/kl-ablation.yaml,
 experiments/kl-real.yaml).
 
 The standard setup pays `answer_match` + 0.2 x `format`, and posttrain's `format` pays nothing
 for an empty `<think>`: there is nothing to game. These rewards open the door the reference
 experiment's 0.5B model walked through (answers shrinking to an empty think block and a bare
-integer): a policy without a KL anchor can earn them by dropping its reasoning. kl_ablation adds
+integer): a policy without a KL anchor can earn them by dropping its reasoning. kl-ablation adds
 `brevity`; kl-real uses the reference's own shape, `lenient_format` + `integer_answer`.
 
-Referenced as `kl_rewards:lenient_format` / `kl_rewards:brevity` / `kl_rewards:integer_answer` where a
-script puts this folder on PYTHONPATH (kl_ablation.py), and as `benchmarks.kl_rewards:...` from the
-repository root (recipes/demo/kl-real/grpo.yaml, which `posttrain experiment` runs from there).
+Referenced as `benchmarks.kl_rewards:lenient_format` (`:brevity`, `:integer_answer`) from the repository root,
+where `posttrain experiment` runs every stage (experiments/kl-ablation.yaml's overrides,
+recipes/demo/kl-real/grpo.yaml); the KL ablation's committed run named them `kl_rewards:...` with this folder on
+PYTHONPATH (the same functions: TRL logs them by their own names).
 """
 
 from __future__ import annotations
