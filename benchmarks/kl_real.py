@@ -1,9 +1,12 @@
 """The seed's KL experiment on a real model: SmolLM2-135M-Instruct, GRPO with and without the KL term.
 
-    make kl-real                                    # from nothing, offline: install, get SmolLM2, run this
+RETIRED 2026-12-06: `make kl-real` runs experiments/kl-real.yaml (`posttrain experiment run`), and
+`posttrain experiment tables benchmarks/results/kl_real` rebuilds the committed results (never this script's
+--tables, which would write its own format over them). Kept only for the stage helpers benchmarks/grpo_real.py
+imports; delete it with that script. What it did:
+
     python benchmarks/kl_real.py                    # the pre-registered design -> runs/kl-real
-    python benchmarks/kl_real.py --fast --out DIR   # the same pipeline at toy sizes on tiny:qwen2-1m (tests)
-    python benchmarks/kl_real.py --tables DIR       # rebuild DIR/results.md from DIR's committed samples alone
+    python benchmarks/kl_real.py --fast --out DIR   # the same pipeline at toy sizes on tiny:qwen2-1m
 
 The design, the hypotheses and the decision rule were committed before any run, in
 benchmarks/results/kl_real/plan.md; this script carries that design out and changes nothing in it.
