@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, model_validator
 
 from .training_section import TrainingBase, _spec_shape
 
@@ -60,6 +60,22 @@ class RewardSpec(BaseModel):
         return self
 
 
+def _expand_preset(value):
+    from posttrain.rewards.builtin import expand_reward_preset
+
+    return expand_reward_preset(value)
+
+
+# `training.rewards`: a list of RewardSpecs, or a preset's name (posttrain.rewards.builtin.REWARD_PRESETS), expanded
+# on loading so the resolved recipe shows the list. GRPO, GSPO, RLOO and RFT share it.
+RewardList = Annotated[list[RewardSpec], BeforeValidator(_expand_preset)]
+REWARDS_DESCRIPTION = (
+    "Rewards summed (with weights) into each completion's score. Dataset columns reach each reward as keyword lists; "
+    "the gold answer arrives as `answer`. Or a preset's name, for a policy that already writes the format: "
+    "correct_strict ([answer_match]), correct_loose ([loose_match]) or correct_math ([math_match]): correctness only, "
+    "no format bonus (`posttrain docs grpo`, Rewards).")
+
+
 class RLTrainingBase(TrainingBase):
     @model_validator(mode="after")
     def _vllm_keys_need_vllm(self):
@@ -82,11 +98,7 @@ class RLTrainingBase(TrainingBase):
         "dropout), falling back to generate for settings it does not implement (said at start-up). 'transformers': "
         "TRL's own model.generate. `posttrain docs rollouts` has the measurements.",
     )
-    rewards: list[RewardSpec] = Field(
-        min_length=1,
-        description="Rewards summed (with weights) into each completion's score. Dataset columns reach each reward "
-        "as keyword lists; the gold answer arrives as `answer`.",
-    )
+    rewards: RewardList = Field(min_length=1, description=REWARDS_DESCRIPTION)
     # Agentic RL: tools and environments the policy acts through while it generates (TRL's GRPOTrainer
     # tools= / environment_factory=), run isolated by posttrain.tools.
     tools: list[Annotated[str, _spec_shape("tool")]] = Field(
