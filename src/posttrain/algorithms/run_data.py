@@ -64,5 +64,6 @@ def audit_prompts(train_dataset, eval_dataset, tokenizer, trl_config, tools: lis
     from posttrain.data.prompts import prompt_token_count
     from posttrain.data.token_audit import PromptAudit
 
-    return [PromptAudit(split, [len(prompt_token_count(p, tokenizer, tools)) for p in ds["prompt"]], trl_config.max_completion_length)
+    longest = getattr(trl_config, "max_completion_length", None)  # RFT's SFTConfig has none: its rounds' audits count the tokens
+    return [PromptAudit(split, [len(prompt_token_count(p, tokenizer, tools)) for p in ds["prompt"]], longest)
             for split, ds in (("train", train_dataset), ("eval", eval_dataset)) if ds is not None and len(ds)]

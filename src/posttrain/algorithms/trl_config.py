@@ -71,7 +71,7 @@ def batching_defaults(recipe: Recipe, device) -> dict[str, tuple[object, str]]:
     opt-in. DPO: TRL 1.16 has no padding-free DPO; grouping is opt-in there too.
     """
     training = recipe.training
-    if training.algorithm != "sft" or chosen_keys(training) & set(BATCHING_KEYS):
+    if training.algorithm not in ("sft", "rft") or chosen_keys(training) & set(BATCHING_KEYS):
         return {}  # cpt packs fixed blocks; sft_vlm must pad (TRL refuses the rest); the recipe's choice wins
     attention = recipe.model.attn_implementation or "sdpa"
     if device.kind == "cuda" and any(name in attention for name in VARLEN_ATTENTION):

@@ -38,6 +38,12 @@ _GRPO_SAMPLER = {
                           "only reader of this column, never runs.",
 }
 
+_RFT_SCHEDULE = {key: "an RFT run's schedule is training.rounds: each round is one epoch of training.rows_per_round rows "
+                      "(default: one per prompt the round samples), so the run is rounds x that epoch's steps long."
+                 for key in ("num_train_epochs", "max_steps")}
+_RFT_FIXED_ROWS = ("each RFT round trains a fixed number of rows (training.rows_per_round), swapped in at the epoch's start; "
+                   "packing or length-grouped batches would need the rows before the round has sampled them.")
+
 # What each data shape reads: the `format` values a dataset may give (the first is always 'auto';
 # with exactly one other, that one is the shape's only format) and the per-dataset column keys.
 DATA_SHAPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -151,6 +157,18 @@ _ROWS = [
                     "TRL refuses these kwargs with a loaded teacher.",
                     "max_tool_calling_iterations": "posttrain's distillation runs give TRL no tools, so there is no tool-calling loop to "
                     "bound."}),
+    # Rejection-sampling fine-tuning (expert iteration; STaR, Zelikman et al. 2022; RFT, Yuan et al. 2023): each round
+    # samples k completions per prompt with the current policy, keeps those the recipe's rewards pass (a threshold),
+    # deduplicated, and trains on them as SFT trains prompt/completion pairs (SFTConfig; algorithms/rft.py). Its own
+    # keys (rounds, num_generations, reward_threshold, ...) and their defaults: recipe/rft_section.py.
+    Algorithm("rft", "sft", "SFTConfig", "rft", "prompt", section="posttrain.recipe.rft_section:RFTTrainingBase", token_loss=True,
+              dead={**EVERY_ALGORITHM_DEAD, **_RFT_SCHEDULE,
+                    "packing": _RFT_FIXED_ROWS, "packing_strategy": _RFT_FIXED_ROWS, "eval_packing": _RFT_FIXED_ROWS,
+                    "train_sampling_strategy": _RFT_FIXED_ROWS, "length_column_name": _RFT_FIXED_ROWS,
+                    "assistant_only_loss": "RFT trains prompt/completion pairs (the prompt as the data give it, the sampled "
+                    "completion as the assistant's turn): the loss is on the completion (completion_only_loss, TRL's default).",
+                    "eval_strategy": "RFT's data are prompts, with no completions to compute an eval loss on. Score a task while "
+                    "training with a held_out section (posttrain eval's items and scorer, every held_out.every steps)."}),
 ]
 
 ALGORITHMS: dict[str, Algorithm] = {row.name: row for row in _ROWS}
