@@ -1,7 +1,7 @@
 """What the answer format alone costs a model: the same problems, answered freely and with the
 answer's first text forced (prefilled) to a prefix such as `<think>`.
 
-    python benchmarks/forced_format.py runs/kl-ablation/base-*/model --n 500 --data-seed 1234
+    python benchmarks/forced_format.py runs/experiments/kl-ablation/start --n 500 --data-seed 1234
     python benchmarks/forced_format.py MODEL --data items.jsonl --prefix '<think>' --prefix $'<think></think>\n<answer>' \
         --out forced.jsonl                # custom items (chat prompts); every answer written to --out
 
