@@ -144,3 +144,27 @@ def test_the_gameable_rewards_resolve_from_the_repository(cli, plan):
     arm = plan.arms["beta0"]
     result = cli("validate", "--recipe", arm.recipe, *arm.overrides)
     assert result.returncode == 0, result.stdout + result.stderr  # validate imports every reward it names
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["plan", "toy"])
+def test_every_stage_of_the_plan_and_its_toy_resolves(plan, fast, tmp_path, monkeypatch):
+    """Each training command's recipe and overrides load (the toy's on the shipped example data), each run with its
+    own beta and seed: what `posttrain experiment run [--fast]` would start."""
+    from posttrain.experiment.stages import commands
+    from posttrain.recipe.load import load_recipe
+
+    monkeypatch.syspath_prepend(str(REPO))  # the runs start in the repository root: benchmarks.kl_rewards imports
+    chosen = plan.with_fast() if fast else plan
+    trains = [c for group in ("start", "lanes") for c in commands(chosen, tmp_path, 2)[group]]
+    assert len(trains) == 1 + 4 * (2 if fast else 3)
+    betas = {}
+    for command in trains:
+        args = command.argv[command.argv.index("--recipe") + 1:]
+        overrides = [a for a in args[1:] if not a.startswith("model.base_model_name=")]
+        training = load_recipe(args[0], [f"model.base_model_name={chosen.model}", *overrides]).recipe.training
+        assert training.output_dir == str(command.folder)
+        if command.name != "start":
+            betas[command.name] = (training.beta, training.seed, [r.name for r in training.rewards])
+    gameable = ["answer_match", "benchmarks.kl_rewards:lenient_format", "benchmarks.kl_rewards:brevity"]
+    seeds = (0, 1) if fast else (0, 1, 2)
+    assert betas == {f"beta{b:g}-s{s}": (b, s, gameable) for b in (0.0, 0.04, 0.2, 1.0) for s in seeds}
