@@ -4,8 +4,9 @@ held-out sets, with no held-out question in any training file.
     python benchmarks/kl_data.py            # the KL ablation's files (experiments/kl-ablation.yaml), checked
                                             # against the committed recipes/demo/kl-ablation/data/manifest.json
 
-The KL ablation's plan trains on these files and tests on heldout.jsonl; benchmarks/kl_real.py builds its own
-(smaller, other system prompt) with `build_data`. Everything is drawn from `posttrain.data.synthetic`:
+The KL ablation's plan trains on these files and tests on heldout.jsonl. benchmarks/kl_real.py (retired) imports
+`Scale`, `build_data` and `hardware` from here; recipes/demo/kl-real/make_data.py writes kl-real's committed files
+with its own copy of the same steps. Everything is drawn from `posttrain.data.synthetic`:
 
 * held-out: exactly the items `posttrain compare --task arithmetic --n N --seed 0` answers (generator seed
   1234); dev: the same from seed 99, the split the ablation was tuned on (tuning.md);
