@@ -74,3 +74,7 @@ def test_when_the_draws_run_out_the_run_goes_on_and_says_so(cli, tmp_path, data_
     assert [(r["refill/draws"], r["refill/groups_drawn"], r["refill/groups_kept"], r["refill/groups_short"]) for r in refills] \
         == [(1, 4, 0, 2)] * 2
     assert "done: final model in" in result.stdout
+    report = cli("report", out, "--bins", "1")
+    assert report.returncode == 0, report.stderr
+    table = report.stdout.split("## groups without signal in the batch (refill ran out)")[1].split("##")[0]
+    assert "| 1-2 | 2 |" in table

@@ -18,6 +18,9 @@ from posttrain.errors import UserError
 CORE_METRICS = [
     ("reward", "reward"),
     ("frac_reward_zero_std", "groups with identical rewards (share)"),
+    # runs with training.refill_zero_variance_groups (posttrain.algorithms.refill); absent elsewhere
+    ("refill/draws", "extra generation batches (refill)"),
+    ("refill/groups_short", "groups without signal in the batch (refill ran out)"),
     ("completions/mean_length", "completion length"),
     ("entropy", "entropy"),
     ("kl", "KL"),
