@@ -28,5 +28,5 @@ def test_on_avx2_only_the_rl_family_keeps_the_attention_and_the_lm_head():
         assert path_on("cpu_attention", algorithm, "avx2") and path_on("lm_head", algorithm, "avx2")
     note = startup_note("sft", "avx2")
     assert note.startswith("cpu speed paths (avx2): CPU attention (and padding-free SFT batches) off (0.75x SFT")
-    assert "the CPU LM head off (0.65x SFT" in note and "speed_paths_avx2_issue48.md" in note
+    assert "the CPU LM head off (0.65x SFT" in note and "posttrain docs results/speed-paths" in note
     assert startup_note("grpo", "avx2") is None

@@ -23,11 +23,11 @@ PATHS = ("cpu_attention", "lm_head", "flat_scoring")
 NAMES = {"cpu_attention": "CPU attention (and padding-free SFT batches)", "lm_head": "the CPU LM head",
          "flat_scoring": "flattened GRPO scoring"}
 RL_FAMILY = ("grpo", "gspo", "rloo")
-AVX2_RACE = "benchmarks/results/speed_paths_avx2_issue48.md"
-# kind -> path -> (algorithms where it is ON, why it is off elsewhere); a kind missing here has every path on
+# kind -> path -> (algorithms where it is ON, why it is off elsewhere); a kind missing here has every path on.
+# AVX2: benchmarks/results/speed_paths_avx2_issue48.md
 OFF_EXCEPT: dict[str, dict[str, tuple[tuple[str, ...], str]]] = {
-    "avx2": {"cpu_attention": (RL_FAMILY, f"0.75x SFT, 0.99x DPO tokens/s on AVX2 ({AVX2_RACE})"),
-             "lm_head": (RL_FAMILY, f"0.65x SFT, 0.97x DPO tokens/s on AVX2 ({AVX2_RACE})")},
+    "avx2": {"cpu_attention": (RL_FAMILY, "0.75x SFT, 0.99x DPO tokens/s on AVX2"),
+             "lm_head": (RL_FAMILY, "0.65x SFT, 0.97x DPO tokens/s on AVX2")},
 }
 
 
