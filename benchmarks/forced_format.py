@@ -10,8 +10,8 @@ its loose score is measured in a format the GRPO arms no longer use. Forcing `<t
 base's accuracy *in the tag format* before any GRPO step, which separates the cost of the format
 from the cost of GRPO's updates. Greedy decoding, posttrain's batched engine and answer parser,
 the items of `posttrain compare --task arithmetic` (same --n, --seed and --data-seed), or of
-`--task custom --data FILE` with --data. The real-model KL experiment (benchmarks/kl_real.py) uses it
-to measure the base with and without its reasoning: forced to open `<think>` (worked, tagged) and
+`--task custom --data FILE` with --data. The real-model KL experiment (experiments/kl-real.yaml) used it
+to measure the base with and without its reasoning (run by hand now: the plan does not; its header gives the command): forced to open `<think>` (worked, tagged) and
 forced to `<think></think>\n<answer>` (no reasoning: what a policy that games the format reward
 writes).
 """

@@ -4,9 +4,9 @@ held-out sets, with no held-out question in any training file.
     python benchmarks/kl_data.py            # the KL ablation's files (experiments/kl-ablation.yaml), checked
                                             # against the committed recipes/demo/kl-ablation/data/manifest.json
 
-The KL ablation's plan trains on these files and tests on heldout.jsonl. benchmarks/kl_real.py (retired) imports
-`Scale`, `build_data` and `hardware` from here; recipes/demo/kl-real/make_data.py writes kl-real's committed files
-with its own copy of the same steps. Everything is drawn from `posttrain.data.synthetic`:
+The KL ablation's plan trains on these files and tests on heldout.jsonl; recipes/demo/kl-real/make_data.py
+writes kl-real's committed files with its own copy of the same steps (it ships with the recipes, which cannot
+import benchmarks/). Everything is drawn from `posttrain.data.synthetic`:
 
 * held-out: exactly the items `posttrain compare --task arithmetic --n N --seed 0` answers (generator seed
   1234); dev: the same from seed 99, the split the ablation was tuned on (tuning.md);
@@ -24,8 +24,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import platform
 import random
 import shutil
 import sys
@@ -153,21 +151,6 @@ def build_data(out: Path, scale: Scale, tag_share: float, system_prompt: str | N
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
-
-
-def hardware(jobs: int, arm_threads: int) -> str:
-    """The CPU and the thread split, as a results page states them."""
-    threads = os.environ.get("OMP_NUM_THREADS")
-    threads = (f"{threads} per process (OMP_NUM_THREADS), {jobs} arm(s) at once" if threads else
-               f"torch's default for the base and compare, {arm_threads} per arm with {jobs} arm(s) at once")
-    cpu = platform.processor() or platform.machine()
-    try:
-        model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("model name")), cpu)
-    except OSError:
-        model = cpu
-    return (f"{os.cpu_count()}-core CPU ({model}), {platform.system()} {platform.release()}; "
-            f"torch threads: {threads}")
 
 
 def ablation_files(out: Path = DATA) -> dict:
