@@ -15,6 +15,7 @@ own, at the plan's `baseline_accuracy` (default 0.5). Seeds that agree with each
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass
@@ -69,6 +70,7 @@ def mcnemar_power(n: int, effect: float, discordance: float, alpha: float) -> fl
     return min(1.0, total)
 
 
+@functools.lru_cache(maxsize=None)  # hypotheses with the same inputs (a plan's twins) are simulated once
 def _simulated_power(n: int, seeds: int, effect: float, discordance: float, accuracy: float, alpha: float, rule: str,
                      runs: int = 200) -> float:
     from posttrain.evaluation.pooled import cmh_test, item_level_test, item_tables
