@@ -12,3 +12,10 @@ def digit_share(completions, answer, **kwargs):
             f.write(json.dumps({"keys": sorted(kwargs), "answer": answer}) + "\n")
     texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
     return [sum(ch.isdigit() for ch in t) / max(1, len(t)) for t in texts]
+
+
+def letter_share(completions, **kwargs):
+    """Share of ASCII letters in the completion: about half of a random tiny model's samples pass 0.5, so the RFT
+    end-to-end tests (test_rft.py) keep some completions and reject others."""
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    return [sum(ch.isascii() and ch.isalpha() for ch in t) / max(1, len(t)) for t in texts]

@@ -33,7 +33,7 @@ CONSISTENT = {"save_strategy": "steps", "logging_strategy": "steps", "eval_strat
 
 
 def base_recipe(algorithm: str, **training) -> dict:
-    if algorithm in ("grpo", "gspo", "rloo"):
+    if algorithm in ("grpo", "gspo", "rloo", "rft"):
         training.setdefault("rewards", [{"name": "answer_match"}])
     if algorithm == "distill":
         training.setdefault("teacher_model_name_or_path", "tiny:qwen2-6m")
@@ -97,13 +97,16 @@ def test_every_trl_field_reaches_the_config(algorithm, monkeypatch):
               and not conditional(family, n)}
     values = {name: non_default(spec, range_for(family, name, spec)) for name, spec in fields.items()}
     values.update(CONSISTENT)
+    if "eval_strategy" in dead:  # eval_steps would then do nothing
+        del values["eval_strategy"], values["eval_steps"]
     if family in ("grpo", "rloo"):
         values.pop("generation_batch_size")
         values.update({k: v for k, v in RL_VALUES.items() if k in trl_fields(family)})  # RLOO has no importance_sampling_level
     raw = base_recipe(algorithm, **values)
     if family == "grpo":  # max_tool_calling_iterations acts only with tools
         raw["training"]["tools"] = ["posttrain.tools.calculator:calculator"]
-    raw["data"]["eval_fraction"] = 0.1  # eval_strategy is set to a non-default too, and needs data
+    if "eval_strategy" not in dead:  # (RFT has no eval loss on prompts: held_out scores instead)
+        raw["data"]["eval_fraction"] = 0.1  # eval_strategy is set to a non-default too, and needs data
     loaded = load_recipe(None, raw=raw)
     # TRL's __post_init__ checks combinations (fp16 needs a GPU, ...) that these values break on
     # purpose; skip it so the test sees exactly what the constructor received.
@@ -149,7 +152,11 @@ def test_dead_fields_are_rejected_with_the_reason(algorithm, key):
                and not conditional(TRAINING_MODELS[a]._family, key)]
     for other in live_in[:1]:  # where the key is live, the same value is accepted (tool keys: with a tool)
         tools = {"tools": ["posttrain.tools.calculator:calculator"]} if key in TOOL_KEYS else {}
-        assert load_recipe(None, raw=base_recipe(other, **{key: value}, **tools)).recipe.training.value(key) == value
+        evaluation = {"eval_strategy": {}, "load_best_model_at_end": {"eval_strategy": "steps"}}.get(key)  # dead for RFT
+        raw = base_recipe(other, **{key: value}, **tools, **(evaluation or {}))
+        if evaluation is not None:  # where they are live, they need evaluation data
+            raw["data"]["eval_fraction"] = 0.1
+        assert load_recipe(None, raw=raw).recipe.training.value(key) == value
 
 
 CONDITIONAL = sorted((a, k) for a in TRAINING_MODELS for k, rule in LIVE_ONLY_WITH.items()

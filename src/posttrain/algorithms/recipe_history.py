@@ -3,7 +3,7 @@
 Each checkpoint carries the resolved recipe it was written under (`posttrain_recipe.yaml`, put
 there by `RecipeInCheckpoints`). On resume the new recipe is compared with it, key by key:
 
-- a longer (or otherwise changed) schedule and bookkeeping -- `max_steps`, `num_train_epochs`,
+- a longer (or otherwise changed) schedule and bookkeeping -- `max_steps`, `num_train_epochs` (RFT's `rounds`),
   save/logging/eval cadence, tracking, s3 uploads -- may change; the changes are printed;
 - any other difference (learning rate, data, algorithm, model, LoRA shape...) is an error that
   lists the keys, because the optimizer state and weights in the checkpoint belong to the old
@@ -26,7 +26,7 @@ HISTORY_DIR = "recipe_history"
 
 # Keys that may differ between a checkpoint's recipe and the one resuming it (fnmatch patterns).
 MAY_CHANGE = (
-    "training.max_steps", "training.num_train_epochs", "training.save_*", "training.logging_*", "training.eval_steps",
+    "training.max_steps", "training.num_train_epochs", "training.rounds", "training.save_*", "training.logging_*", "training.eval_steps",
     "training.resume_from_checkpoint", "training.output_dir", "training.push_to_hub", "training.hub_*",
     "tracking.*", "s3.*", "s3",
     # Recomputing activations changes memory and speed, not the step; runs started before posttrain

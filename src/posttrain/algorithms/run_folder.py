@@ -147,7 +147,8 @@ def _step(checkpoint: Path | None) -> int:
 
 def _schedule(recipe: dict) -> tuple:
     training = recipe.get("training") or {}
-    return training.get("max_steps"), training.get("num_train_epochs")
+    # an RFT run's epochs are its rounds (recipe/rft_section.py: one epoch per round; num_train_epochs is refused there)
+    return training.get("max_steps"), training.get("num_train_epochs", training.get("rounds"))
 
 
 def extends(old: dict, new: dict, finished_at: int) -> bool:

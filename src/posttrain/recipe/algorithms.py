@@ -168,7 +168,9 @@ _ROWS = [
                     "assistant_only_loss": "RFT trains prompt/completion pairs (the prompt as the data give it, the sampled "
                     "completion as the assistant's turn): the loss is on the completion (completion_only_loss, TRL's default).",
                     "eval_strategy": "RFT's data are prompts, with no completions to compute an eval loss on. Score a task while "
-                    "training with a held_out section (posttrain eval's items and scorer, every held_out.every steps)."}),
+                    "training with a held_out section (posttrain eval's items and scorer, every held_out.every steps).",
+                    "load_best_model_at_end": "reloads the checkpoint with the best eval metric, and RFT has no eval loss; "
+                    "held_out.keep_best saves the model of the best held-out score."}),
 ]
 
 ALGORITHMS: dict[str, Algorithm] = {row.name: row for row in _ROWS}
