@@ -99,6 +99,24 @@ def test_rft_with_lora_trains_the_adapter_and_resumes_from_its_rounds(cli, tmp_p
     assert [(r["rft/round"], r["step"]) for r in records(out) if "rft/round" in r] == [(1, 0), (2, 2)]  # each round logged once
 
 
+def test_rft_on_two_processes_samples_their_shares_and_trains_the_gathered_rows(cli, tmp_path):
+    """Each process samples its share of the round's prompts; every process trains on the same gathered rows (2 x 2 per
+    step: the one-process schedule of 4), and the main process alone logs and writes each round."""
+    out = tmp_path / "two"
+    result = rft(cli, out, "--nproc", "2", "training.per_device_train_batch_size=2", "held_out.n=4", "held_out.every=100")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "2 processes (2 on this node)" in result.stdout
+    rounds = [r for r in records(out) if "rft/round" in r]
+    assert [(r["rft/round"], r["step"], r["rft/sampled"]) for r in rounds] == [(1, 0, 32), (2, 2, 32)]
+    positions = set()
+    for r in rounds:
+        kept = (out / "rft" / f"round-{r['rft/round']}.jsonl").read_text().splitlines()
+        assert len(kept) == r["rft/kept"] > 0
+        positions |= {json.loads(line)["position"] for line in kept}
+    assert {p % 2 for p in positions} == {0, 1}  # process 0 samples the even positions, process 1 the odd: both gathered
+    assert json.loads((out / "run_summary.json").read_text())["global_step"] == 4
+
+
 @pytest.mark.parametrize("override, key, says", [
     ("training.rounds=0", "training.rounds", "greater than or equal to 1"),
     ("training.max_steps=10", "training.max_steps", "training.rounds"),
@@ -109,6 +127,7 @@ def test_rft_with_lora_trains_the_adapter_and_resumes_from_its_rounds(cli, tmp_p
     ("training.rewards=[{model: runs/rm}]", "training.rewards[0].model", "algorithm grpo"),
     ("training.rewards=correct_lose", "training.rewards", "correct_loose"),
     ("training.round=3", "training.round", "rounds"),
+    ("training.distributed=fsdp", "training.distributed", "use ddp or zero2"),
 ])
 def test_bad_rft_keys_are_exit_2_naming_the_key_and_the_fix(cli, override, key, says):
     result = cli("validate", "recipes/rft/tiny-cpu.yaml", "model.base_model_name=tiny:qwen2-1m", override)

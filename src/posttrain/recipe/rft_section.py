@@ -73,4 +73,7 @@ class RFTTrainingBase(TrainingBase):
                 out.append((f"training.rewards[{i}].model", "RFT keeps completions whose reward sum passes a fixed threshold, and a "
                             "trained reward model's scores have no fixed scale to set one on; use reward functions (name: ...) "
                             "with algorithm rft, or train with algorithm grpo, which only compares scores within a group."))
+        if self.distributed in ("zero3", "zero3_offload", "fsdp"):
+            out.append(("training.distributed", f"{self.distributed!r} shards the weights, and each RFT round samples with whole "
+                        "weights on every process (posttrain's decoding loop, as held-out scoring does); use ddp or zero2."))
         return out
