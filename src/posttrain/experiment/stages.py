@@ -44,7 +44,9 @@ class Command:
 
     @property
     def text(self) -> str:
-        return " ".join(shlex.quote(a) for a in self.argv)
+        """The command as a user would type it (`posttrain train ...`): what the marker compares, on any interpreter."""
+        argv = ["posttrain", *self.argv[3:]] if self.argv[1:3] == ["-m", "posttrain"] else self.argv
+        return " ".join(shlex.quote(a) for a in argv)
 
 
 def posttrain(*argv: str) -> list[str]:
