@@ -112,9 +112,12 @@ def test_forced_format_control_is_the_sources_loose_answers_in_tags(tmp_path):
 def test_a_missing_seed_makes_the_verdict_partial(tmp_path):
     start = [i < 40 for i in range(N)]
     out = folder(tmp_path, {"start": [start], "rl": [[i < 60 for i in range(N)]] * 3}, {"H1": {"arm": "rl", "baseline": "start"}})
-    (out / "samples" / "arms.json").write_text(json.dumps([{"name": n, "spec": n} for n in ("start", "rl@run-0", "rl@run-1")]))
-    verdict = build(out)["verdict"]
-    assert not verdict["hypotheses"]["H1"]["holds"] and verdict["goal"] == "not met (partial: no answers from rl seed 2)"
+    (out / "samples" / "arms.json").write_text(json.dumps([{"name": n, "spec": n} for n in ("start", "rl@run-0", "rl@run-2")]))
+    result = build(out)
+    assert [t["seed"] for t in result["tests"]["H1"]["per_seed"]] == [0, 2]  # each seed keeps its own number
+    verdict = result["verdict"]
+    assert not verdict["hypotheses"]["H1"]["holds"] and verdict["goal"] == "not met (partial: no answers from rl seed 1)"
+    assert result["models"]["rl"]["seeds"] == 2
 
 
 def test_tables_rebuild_byte_for_byte(tmp_path, capsys):

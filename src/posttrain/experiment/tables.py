@@ -29,22 +29,22 @@ def _read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def models(plan: Plan, out: Path) -> tuple[dict[str, list[dict[str, dict]]], list[str]]:
-    """Each model of the plan -> its runs (one per seed, in the plan's order), each {id: record}; and the runs
-    the plan names that have no answers (a partial experiment)."""
+def models(plan: Plan, out: Path) -> tuple[dict[str, list[dict[str, dict] | None]], list[str]]:
+    """Each model of the plan -> its runs, one per seed in the plan's order, each {id: record} or None where that
+    seed left no answers; and those missing runs by name (a partial experiment)."""
     arms = json.loads((out / "samples" / "arms.json").read_text())
     kept = {a["name"]: {r["id"]: r for r in _read_jsonl(out / "samples" / f"{a['name']}.jsonl")} for a in arms}
-    runs: dict[str, list[dict[str, dict]]] = {}
+    runs: dict[str, list[dict[str, dict] | None]] = {}
     missing = []
     for name in ["start", "base", *plan.arms, *plan.controls]:
         seeds = plan.seeds(name)
         names = [f"{name}@run-{i}" for i in range(len(seeds))] if len(seeds) > 1 else [name]
         if name == "base" and "base" not in kept:
             continue
-        runs[name] = [kept[n] for n in names if n in kept]
+        runs[name] = [kept.get(n) for n in names]
         missing += [f"{name} seed {s}" for n, s in zip(names, seeds) if n not in kept]
     for name, source in plan.forced_format.items():  # strict = the source's loose: its last number put in the tags
-        runs[name] = [{i: {**r, "strict": bool(r["loose"])} for i, r in run.items()} for run in runs.get(source, [])]
+        runs[name] = [run and {i: {**r, "strict": bool(r["loose"])} for i, r in run.items()} for run in runs.get(source, [None])]
     return runs, missing
 
 
@@ -63,12 +63,11 @@ def _common(*runs: dict[str, dict]) -> list[str]:
 def per_seed(h: Hypothesis, plan: Plan, runs: dict, alpha: float) -> list[dict]:
     from posttrain.evaluation.statistics import paired_comparison
 
-    arm, base = runs.get(h.arm, []), runs.get(h.baseline, [])
-    seeds = plan.seeds(h.arm) if len(plan.seeds(h.arm)) >= len(plan.seeds(h.baseline)) else plan.seeds(h.baseline)
+    arm, base = runs.get(h.arm) or [None], runs.get(h.baseline) or [None]
+    seeds = max(plan.seeds(h.arm), plan.seeds(h.baseline), key=len)
     tests = []
-    for k, seed in enumerate(seeds[:max(len(arm), len(base))]):
-        a = base[k] if len(base) > 1 else (base[0] if base else None)
-        b = arm[k] if len(arm) > 1 else (arm[0] if arm else None)
+    for k, seed in enumerate(seeds):  # seed k of a several-seed model meets seed k of the other, or its one model
+        a, b = base[k] if len(base) > 1 else base[0], arm[k] if len(arm) > 1 else arm[0]
         if a is None or b is None:
             continue
         ids = _common(a, b)
@@ -81,7 +80,7 @@ def per_seed(h: Hypothesis, plan: Plan, runs: dict, alpha: float) -> list[dict]:
 def pooled(h: Hypothesis, runs: dict, alpha: float) -> dict | None:
     from posttrain.evaluation.pooled import pooled_comparison
 
-    arm, base = runs.get(h.arm, []), runs.get(h.baseline, [])
+    arm, base = [r for r in runs.get(h.arm, []) if r], [r for r in runs.get(h.baseline, []) if r]
     if not arm or not base or len(arm) + len(base) < 3:
         return None  # one model each: the per-seed test is the whole story
     ids = _common(*arm, *base)
@@ -135,7 +134,7 @@ def holm(ps: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def describe(runs: list[dict[str, dict]], measures: dict[str, str]) -> dict:
+def describe(runs: list[dict[str, dict] | None], measures: dict[str, str]) -> dict:
     import re
 
     from posttrain.rewards.answers import extract_answer
@@ -143,6 +142,7 @@ def describe(runs: list[dict[str, dict]], measures: dict[str, str]) -> dict:
     def share(run, f):
         return fmean(f(r) for r in run.values())
 
+    runs = [r for r in runs if r]
     return {"seeds": len(runs), "n": len(runs[0]),
             **{m: fmean(share(run, lambda r, m=m: bool(r[m])) for run in runs) for m in UNITS},
             "per_seed_loose": [share(run, lambda r: bool(r["loose"])) for run in runs],
@@ -165,7 +165,7 @@ def build(out: Path) -> dict:
     health = json.loads((out / "health.json").read_text()) if (out / "health.json").is_file() else {}
     result = {"experiment": plan.name, "question": plan.question, "lock": lock, "meta": meta,
               "decision": {"rule": plan.rule, "alpha": plan.alpha, "correction": plan.correction},
-              "models": {name: describe(r, plan.measures) for name, r in runs.items() if r}, "tests": tests, "health": health,
+              "models": {name: describe(r, plan.measures) for name, r in runs.items() if any(r)}, "tests": tests, "health": health,
               "verdict": decide(plan, tests, missing)}
     (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "results.md").write_text(render(plan, result))
