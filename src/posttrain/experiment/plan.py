@@ -160,7 +160,7 @@ def _build(path: Path, raw: dict, problems: list[str], check_files: bool) -> Pla
         if c.matched_to is not None and c.matched_to not in arms:
             problems.append(f"controls.{k}.matched_to: {c.matched_to!r} is not an arm (arms: {', '.join(arms)})")
     for k, source in forced.items():
-        single = {"start", "base"} | {n for n, c in controls.items() if len(c.seeds) == 1}
+        single = {"start"} | ({"base"} if start is not None else set()) | {n for n, c in controls.items() if len(c.seeds) == 1}
         if source not in single:
             problems.append(f"controls.{k}.forced_format: {source!r} must be one model: start, base or a one-seed control")
     test = _test(raw.get("test"), problems, check_files)

@@ -91,8 +91,8 @@ def commands(plan, out: Path, lanes: int) -> dict[str, list[Command]]:
     arms = ["--arm", f"start={origin}"]
     for stage in [*plan.arms.values(), *plan.controls.values()]:
         arms += ["--arm", f"{stage.name}=" + ",".join(str(out / "arms" / run_name(stage, s)) for s in stage.seeds)]
-    uses_base = plan.start is not None and any("base" in (h.arm, h.baseline) for h in plan.hypotheses.values()) \
-        or "base" in plan.forced_format.values()
+    named = [m for h in [*plan.hypotheses.values(), *plan.descriptive.values()] for m in (h.arm, h.baseline)]
+    uses_base = plan.start is not None and ("base" in named or "base" in plan.forced_format.values())
     test = plan.test
     options = [f"--{k.replace('_', '-')}={test[k]}" for k in ("data", "n", "max_new_tokens", "seed", "data_seed", "batch_size",
                                                               "prompt_column", "answer_column", "tools", "max_tool_turns")
