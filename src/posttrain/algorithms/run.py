@@ -251,6 +251,10 @@ def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
         loaded.notes.append(template_note)
     schemas = toolbox.schemas() if toolbox is not None else None
     train_dataset, eval_dataset = fit_prompts(recipe, loaded.tokenizer, [train_dataset, eval_dataset], schemas, drops)
+    from .difficulty import difficulty_filter
+
+    # prompts outside training.difficulty_filter's pass-rate band dropped before TRL, the refill pool and the audit see them
+    train_dataset, difficulty = difficulty_filter(recipe, loaded, train_dataset, output_dir, drops, log)
     prompt_audits = audit_prompts(train_dataset, eval_dataset, loaded.tokenizer, trl_config, schemas) if data_format == "prompt" and not recipe.uses_images else []
     monitor = make_monitor(recipe, loaded, trl_config, output_dir / "metrics.jsonl")
     # Continuing an adapter: the loaded PeftModel is already trainable; a second LoRA config on top
@@ -263,6 +267,8 @@ def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
     run = Run(loaded_recipe, loaded, train_dataset, eval_dataset, trl_config, peft_config, output_dir,
               _callbacks(recipe, monitor, output_dir, recipe_text, storage, stop, segments, resume_from, held_out), reports, resume_from,
               storage, lock, monitor, prompt_audits, toolbox, segments, stop, argv, held_out=held_out)
+    if difficulty is not None:
+        run.summary["difficulty"] = difficulty.report
     trainer = build_trainer(run)  # user rewards import here: a failure leaves output_dir as it was
     if held_out is not None:
         held_out.attach(trainer)
@@ -283,6 +289,8 @@ def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
     output_dir.mkdir(parents=True, exist_ok=True)
     if is_main_process():
         _write_run_files(output_dir, recipe_text, trainer.args, resume_from)  # with what start-up decided (micro-batching)
+        if difficulty is not None and not (output_dir / "difficulty" / "key.json").is_file():
+            difficulty.write(output_dir)  # a run started over moved the earlier run's files aside, these scores with them
     return run, trainer
 
 

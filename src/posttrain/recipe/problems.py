@@ -166,7 +166,7 @@ def _message(errs: list[dict], parts: list, raw: dict, root: type[BaseModel] = R
         known = list(model.model_fields) if model else []
         where = format_path(parts[:-1]) or "the recipe"
         msg = f"unknown key {name!r} in {where}.{did_you_mean(str(name), known)}"
-        if parts[0] == "training" and model is not None:
+        if parts[0] == "training" and len(parts) == 2 and model is not None:  # not inside training.difficulty_filter
             msg += f" Keys there are posttrain's plus every field of TRL's {model.__doc__.split('TRL ')[-1].rstrip(')')}."
         return msg
     if kind in ("union_tag_invalid", "union_tag_not_found"):

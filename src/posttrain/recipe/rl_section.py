@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, model_validator
 
+from .section import Section
 from .training_section import TrainingBase, _spec_shape
 
 
@@ -76,6 +77,35 @@ REWARDS_DESCRIPTION = (
     "no format bonus (`posttrain docs grpo`, Rewards).")
 
 
+class DifficultyFilter(Section):
+    """`training.difficulty_filter`: score each training prompt with the starting policy before training and keep the
+    prompts whose pass rate lies in a band (algorithms/difficulty.py)."""
+
+    samples: StrictInt = Field(
+        8, ge=2, le=256,
+        description="Completions sampled per prompt (k), at the training section's temperature, top_p and "
+        "max_completion_length, besides one greedy completion; the pass rate is passes / k.")
+    min_pass_rate: float = Field(
+        0.01, ge=0.0, le=1.0,
+        description="Lowest pass rate kept (inclusive). 0.01 drops the prompts no sample solves: every group of theirs "
+        "would have rewards all equal (nothing to learn).")
+    max_pass_rate: float = Field(
+        0.99, ge=0.0, le=1.0,
+        description="Highest pass rate kept (inclusive). 0.99 drops the prompts every sample solves (nothing left to learn).")
+    pass_threshold: float = Field(
+        1.0,
+        description="A completion passes when its weighted reward sum is at least this (1.0: the right answers of a 0/1 "
+        "correctness reward; with a format bonus beside it, the sum a right, well-formed answer earns).")
+
+    @model_validator(mode="after")
+    def _band(self):
+        if self.max_pass_rate < self.min_pass_rate:
+            raise ValueError(f"max_pass_rate={self.max_pass_rate} is below min_pass_rate={self.min_pass_rate}, so no prompt could "
+                             "be kept; set max_pass_rate >= min_pass_rate (the defaults 0.01 and 0.99 keep every prompt the "
+                             "policy solves sometimes but not always).")
+        return self
+
+
 class RLTrainingBase(TrainingBase):
     @model_validator(mode="after")
     def _vllm_keys_need_vllm(self):
@@ -141,6 +171,16 @@ class RLTrainingBase(TrainingBase):
         "al. 2025). Off by default until measured: each draw costs a full generation, the dominant cost of a step on "
         "a CPU. With several processes each process's generation batch must hold whole groups.",
     )
+    difficulty_filter: DifficultyFilter | None = Field(
+        None,
+        description="Prompts at the right difficulty: before training, score every training prompt `samples` times (and once "
+        "greedily) with the starting policy through posttrain's decoding loop and the recipe's rewards, and train only on "
+        "the prompts whose pass rate lies in [min_pass_rate, max_pass_rate]. Null (the default): off, every prompt trains. "
+        "`{}` takes the defaults (samples 8, band [0.01, 0.99], pass_threshold 1.0). Cached in output_dir/difficulty (a "
+        "resumed run does not score again); reported by pass-rate bucket, with pass@k against greedy (the headroom RL can "
+        "reach); the dropped prompts count under data.max_drop_fraction; a prompt set where sampling solves nothing greedy "
+        "misses stops at start-up. Text prompts without tools only.",
+    )
     chat_template_path: str | None = Field(
         None,
         description="A Jinja chat template file to use instead of the tokenizer's; it is saved with the trained model. "
@@ -163,6 +203,15 @@ class RLTrainingBase(TrainingBase):
             if dead:
                 out.append((f"training.{dead[0]}", f"{', '.join('training.' + k for k in dead)} only act(s) with training.tools "
                             "or training.environment, and this recipe has neither; add them or remove the key(s)."))
+        if self.difficulty_filter is not None:
+            for key in ("tools", "environment"):
+                if getattr(self, key):
+                    out.append(("training.difficulty_filter", f"scoring prompts with training.{key} (multi-turn rollouts) is not "
+                                "supported yet; remove training.difficulty_filter or the tools."))
+            for i, spec in enumerate(self.rewards):
+                if spec.model is not None:
+                    out.append(("training.difficulty_filter", f"training.rewards[{i}] is a reward model, whose scores have no "
+                                "fixed scale for pass_threshold; use reward functions (name: ...) with the filter, or remove it."))
         twice = sorted({t for t in self.tools if self.tools.count(t) > 1})
         if twice:
             out.append(("training.tools", f"{twice[0]} is listed twice; list each tool once."))

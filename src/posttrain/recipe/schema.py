@@ -89,8 +89,15 @@ class Recipe(Section):
     def _cross_section(self):
         raise_all(self._storage_checks() + self._distributed_checks() + self._held_out_checks() + self._keys_used_by_this_algorithm() + self._row_templates_used()
                   + self._vision_checks() + self._evaluation_is_wired() + inactive_keys(self) + self._tracking_keys_used()
-                  + self._tool_checks())
+                  + self._tool_checks() + self._difficulty_checks())
         return self
+
+    def _difficulty_checks(self) -> list[tuple[str, str]]:
+        """training.difficulty_filter scores text prompts with posttrain's decoding loop (algorithms/difficulty.py)."""
+        if getattr(self.training, "difficulty_filter", None) is not None and self.uses_images:
+            return [("training.difficulty_filter", "scoring image prompts is not supported yet (posttrain's decoding loop "
+                     "scores text prompts); remove training.difficulty_filter or train on text prompts.")]
+        return []
 
     def _tool_checks(self) -> list[tuple[str, str]]:
         """Tools need chat prompts: TRL reads tool calls from chat completions only, and renders the tools in the chat template."""

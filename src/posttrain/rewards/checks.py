@@ -20,7 +20,6 @@ Standard library only: `posttrain validate` runs the trial without torch.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import math
@@ -29,6 +28,8 @@ import traceback
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
+
+from .scoring import call, reward_kwargs  # noqa: F401  (call: importable from here, as before)
 
 # Made-up completions for the trial: what an untrained model writes too (nothing, no tags, prose).
 TRIAL_COMPLETIONS = ("<think>3 + 4 = 7</think><answer>7</answer>", "", "The answer is 7.", "I do not know")
@@ -120,12 +121,6 @@ def _kind(value: Any) -> str:
     return f"{'an' if type(value).__name__[0] in 'aeiou' else 'a'} {type(value).__name__} ({shown if len(shown) <= 40 else shown[:40] + '...'})"
 
 
-def call(fn: Callable, kwargs: dict) -> Any:
-    """Call a reward as TRL does (keywords only); an async one is run to completion."""
-    out = fn(**kwargs)
-    return asyncio.run(out) if inspect.isawaitable(out) else out
-
-
 def first_failing(fn: Callable, kwargs: dict, n: int) -> int | None:
     """The first completion that makes the reward raise when it is called on that completion alone (its row's
     column values with it), or None when none does: the fault needs the whole batch."""
@@ -142,18 +137,14 @@ def trial_kwargs(rows: list[dict]) -> tuple[dict, list[int]]:
     """TRL's keywords for the made-up completions of `rows` (each row once per completion, as TRL repeats a prompt for
     its generations), and the row index of each completion. Token ids are stand-ins (the tokenizer is not loaded yet):
     the completion's UTF-8 bytes."""
-    prompts, completions, row_of = [], [], []
+    rows_per, texts, row_of = [], [], []
     for r, row in enumerate(rows):
-        chat = isinstance(row.get("prompt"), list)
         for text in TRIAL_COMPLETIONS:
-            prompts.append(row.get("prompt"))
-            completions.append([{"role": "assistant", "content": text}] if chat else text)
+            rows_per.append(row)
+            texts.append(text)
             row_of.append(r)
-    columns = {key: [rows[r][key] for r in row_of] for key in (rows[0] if rows else {}) if key not in ("prompt", "completion", "completion_ids")}
     state = SimpleNamespace(global_step=0, max_steps=0, epoch=0.0, num_train_epochs=0, log_history=[], is_world_process_zero=True)
-    return {"prompts": prompts, "completions": completions,
-            "completion_ids": [list(str(c if isinstance(c, str) else c[-1]["content"]).encode()) for c in completions],
-            **columns, "trainer_state": state, "log_extra": lambda column, values: None, "log_metric": lambda name, value: None}, row_of
+    return reward_kwargs(rows_per, texts, [list(t.encode()) for t in texts], state), row_of
 
 
 def trial(rewards: list[tuple[str, Callable]], rows: list[dict], rows_from: str, untried: int = 0) -> list[str]:
