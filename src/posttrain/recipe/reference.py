@@ -76,7 +76,7 @@ def markdown() -> str:
     from posttrain.recipe.defaults import defaults_for
     from posttrain.recipe.held_out_section import HeldOutSection
     from posttrain.recipe.model_section import ModelSection
-    from posttrain.recipe.rl_section import RewardSpec
+    from posttrain.recipe.rl_section import DifficultyFilter, RewardSpec
     from posttrain.recipe.service_sections import S3Section, TrackingSection
     from posttrain.recipe.training_section import TrainingBase
     from posttrain.rewards.builtin import REWARDS
@@ -100,6 +100,7 @@ def markdown() -> str:
         if own:
             out += [f"## training: keys of {', '.join(algorithms)}", "", *table(klass, "training.", own)]
     out += ["### each entry of training.rewards (GRPO, GSPO, RLOO)", "", *table(RewardSpec, "training.rewards[i]."),
+            "### training.difficulty_filter (GRPO, GSPO, RLOO)", "", *table(DifficultyFilter, "training.difficulty_filter."),
             "## held_out", "", *table(HeldOutSection, "held_out."),
             "## tracking", "", *table(TrackingSection, "tracking."),
             "## s3", "", *table(S3Section, "s3."),
