@@ -118,7 +118,7 @@ def test_every_trl_field_reaches_the_config(algorithm, monkeypatch):
     if family in ("grpo", "rloo"):
         assert arrived["reward_weights"] == [1.0]
     assert not missing, f"{len(missing)} fields did not arrive: {missing}"
-    assert len(values) > 90
+    assert len(values) > (80 if "eval_strategy" in dead else 90)  # RFT refuses the evaluation loop's fields
 
 
 @pytest.mark.parametrize("key", sorted(OWNED_ELSEWHERE))

@@ -170,7 +170,11 @@ _ROWS = [
                     "eval_strategy": "RFT's data are prompts, with no completions to compute an eval loss on. Score a task while "
                     "training with a held_out section (posttrain eval's items and scorer, every held_out.every steps).",
                     "load_best_model_at_end": "reloads the checkpoint with the best eval metric, and RFT has no eval loss; "
-                    "held_out.keep_best saves the model of the best held-out score."}),
+                    "held_out.keep_best saves the model of the best held-out score.",
+                    **{key: "shapes TRL's evaluation loop, which an RFT run never enters (its data are prompts, with no "
+                       "completions to compute an eval loss on); held_out scores a task while it trains."
+                       for key in ("per_device_eval_batch_size", "eval_accumulation_steps", "eval_delay", "eval_do_concat_batches",
+                                   "metric_for_best_model", "greater_is_better")}}),
 ]
 
 ALGORITHMS: dict[str, Algorithm] = {row.name: row for row in _ROWS}
