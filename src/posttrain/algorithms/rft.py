@@ -35,8 +35,6 @@ round that began at or before its checkpoint from there instead of sampling it a
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import json
 import math
 import random
@@ -253,24 +251,16 @@ class Rounds(TrainerCallback):
         return round_
 
     def score(self, rows: list[dict], texts: list[str]) -> list[float]:
-        """Each completion's weighted reward sum, the rewards called as TRL's GRPOTrainer calls them (a None left out)."""
+        """Each completion's weighted reward sum, the rewards called with the keywords TRL's GRPOTrainer passes
+        (posttrain.rewards.scoring, as the start-up trial and the difficulty pre-pass call them); NaN where none scored."""
+        from posttrain.rewards.scoring import reward_kwargs, weighted_sums
+
         if not texts:
             return []
-        prompts = [r["prompt"] for r in rows]
-        completions = [[{"role": "assistant", "content": t}] if isinstance(p, list) else t for p, t in zip(prompts, texts)]
-        columns = {key: [r[key] for r in rows] for key in rows[0] if key not in ("prompt", "completion", "completion_ids")}
         tokenizer = self.run.loaded.tokenizer
         ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-        state = self.trainer.state if self.trainer is not None else None
-        totals = [0.0] * len(texts)
-        for weight, fn in zip(self.weights, self.rewards):
-            out = fn(prompts=prompts, completions=completions, completion_ids=ids, trainer_state=state, **columns)
-            if inspect.isawaitable(out):
-                out = asyncio.run(out)
-            for j, value in enumerate(out):
-                if value is not None and not math.isnan(value):
-                    totals[j] += weight * float(value)
-        return totals
+        kwargs = reward_kwargs(rows, texts, ids, self.trainer.state if self.trainer is not None else None)
+        return [math.nan if total is None else total for total in weighted_sums(self.rewards, self.weights, kwargs, len(texts))]
 
     def rows_of(self, round_: Round, tokenized) -> list[dict]:
         """`n_rows` trained rows from a round's tokenized pairs: round-robin over their prompts (every kept prompt once
