@@ -142,3 +142,19 @@ def test_a_first_round_that_keeps_nothing_is_exit_2_before_output_dir_is_written
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
     assert "rft round 1: none of the 32 sampled completions" in result.stderr and "training.reward_threshold=2.0" in result.stderr
     assert not out.exists()
+
+
+def test_rounds_draw_every_prompt_once_per_pass_through_the_data():
+    """prompts_per_round 4 of 10 prompts: rounds 1-2 and half of 3 are one seeded shuffle (each prompt once), then a
+    new one; 15 a round: a prompt recurs within the round only as the next pass begins. The same seed, the same draw."""
+    from posttrain.algorithms.rft import Rounds
+
+    rounds = Rounds.__new__(Rounds)  # the draw needs only the prompts, the count and the seed
+    rounds.prompts, rounds.per_round, rounds.seed = list(range(10)), 4, 0
+    stream = [i for number in (1, 2, 3, 4, 5) for i in rounds.drawn(number)]
+    assert sorted(stream[:10]) == list(range(10)) and sorted(stream[10:20]) == list(range(10))
+    assert stream[:10] != stream[10:20]  # a fresh shuffle on each pass
+    rounds.per_round = 15
+    assert rounds.drawn(1) == stream[:15]
+    rounds.seed = 1
+    assert rounds.drawn(1) != stream[:15]

@@ -124,7 +124,7 @@ class Rounds(TrainerCallback):
         self.run, self.training, self.prompts, self.rewards = run, training, prompts, rewards
         self.weights = [spec.weight for spec in training.rewards]
         self.seed = training.seed if training.seed is not None else 42
-        self.per_round = min(training.prompts_per_round or len(prompts), len(prompts)) if len(prompts) else 0
+        self.per_round = (training.prompts_per_round or len(prompts)) if len(prompts) else 0  # more than the data: a prompt recurs
         self.n_rows = training.rows_per_round or self.per_round
         self.folder = run.output_dir / FOLDER
         self.resumed_at = None
@@ -144,12 +144,13 @@ class Rounds(TrainerCallback):
     # -- which prompts -------------------------------------------------------------------------
     def drawn(self, number: int) -> list[int]:
         """Round `number`'s prompt indices: positions (number-1)*P .. number*P-1 of a stream of seeded shuffles."""
-        n, out = len(self.prompts), []
+        n, out, orders = len(self.prompts), [], {}
         for position in range((number - 1) * self.per_round, number * self.per_round):
             epoch, at = divmod(position, n)
-            order = list(range(n))
-            random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
-            out.append(order[at])
+            if epoch not in orders:
+                orders[epoch] = list(range(n))
+                random.Random(self.seed * 1_000_003 + epoch).shuffle(orders[epoch])
+            out.append(orders[epoch][at])
         return out
 
     # -- one round -------------------------------------------------------------------------------
