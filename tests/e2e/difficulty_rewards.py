@@ -28,3 +28,13 @@ def always(completions, trainer_state=None, **kwargs):
     """1 for every completion: greedy solves every prompt, so sampling can find nothing more."""
     _count(trainer_state)
     return [1.0] * len(completions)
+
+
+def fails_on_real_text(completions, trainer_state=None, **kwargs):
+    """Scores the start-up trial's made-up completions, and raises on a completion none of them is: a fault only the
+    filter's scoring (or training) meets."""
+    trial = {"<think>3 + 4 = 7</think><answer>7</answer>", "", "The answer is 7.", "I do not know"}
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    if any(t not in trial for t in texts):
+        raise ValueError("a completion this reward cannot read")
+    return [0.0] * len(texts)

@@ -82,11 +82,12 @@ def test_a_prompt_set_without_headroom_stops_at_start_up(cli, tmp_path, data_dir
     assert not (out / "metrics.jsonl").exists() and (out / "difficulty" / "key.json").is_file()  # nothing trained; the scores kept
 
 
-@pytest.mark.parametrize("override, message", [
-    ("training.difficulty_filter={min_pass_rate: 0.6, max_pass_rate: 0.4}", "max_pass_rate=0.4 is below min_pass_rate=0.6"),
-    ("training.rewards=[{model: runs/rm}]", "is a reward model, whose scores have no fixed scale for pass_threshold"),
-])
-def test_recipe_errors_name_the_key(cli, tmp_path, override, message):
-    result = cli("validate", "recipes/grpo/tiny-cpu.yaml", "training.difficulty_filter.samples=4", override)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert "training.difficulty_filter" in result.stdout + result.stderr and message in result.stdout + result.stderr
+def test_a_reward_that_fails_on_the_policys_completions_is_named(cli, tmp_path, data_dir):
+    """The start-up trial passes it; the filter's scoring meets the fault first: exit 2 naming the reward, nothing left."""
+    out = tmp_path / "run"
+    result = train(cli, out, "training.rewards=[{name: 'difficulty_rewards:fails_on_real_text'}]", "training.difficulty_filter.samples=2",
+                   "training.max_completion_length=4", data_dir=data_dir, calls=tmp_path / "calls.txt")
+    assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-3000:]
+    assert ("error: training.difficulty_filter: scoring the prompts before training: reward training.rewards[0] (fails_on_real_text, "
+            "tests/e2e/difficulty_rewards.py:") in result.stderr and "raised ValueError: a completion this reward cannot read" in result.stderr
+    assert not out.exists()

@@ -161,6 +161,7 @@ def _score_rows(recipe, loaded, dataset, indices: list[int], functions, weights,
     from posttrain.generation.base import SamplingParams
     from posttrain.generation.inference_weights import forget_trained
     from posttrain.generation.local import TransformersEngine
+    from posttrain.rewards.checks import RewardFault
     from posttrain.rewards.scoring import reward_kwargs, weighted_sums
 
     training, spec = recipe.training, recipe.training.difficulty_filter
@@ -182,7 +183,10 @@ def _score_rows(recipe, loaded, dataset, indices: list[int], functions, weights,
     texts = [c.text for c in greedy] + [c.text for c in sampled]
     answered = rows + [r for r in rows for _ in range(k)]
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-    sums = weighted_sums(functions, weights, reward_kwargs(answered, texts, ids), len(texts))
+    try:
+        sums = weighted_sums(functions, weights, reward_kwargs(answered, texts, ids), len(texts))
+    except RewardFault as fault:  # the user's reward, on real completions: bad input, as in the start-up trial
+        raise UserError(f"{KEY}: scoring the prompts before training: {fault}; fix the reward and train again") from fault
     passed = [s is not None and s >= spec.pass_threshold for s in sums]
     n = len(rows)
     return [{"row": i, "passes": sum(passed[n + j * k:n + (j + 1) * k]), "greedy": passed[j]} for j, i in enumerate(indices)]
