@@ -62,6 +62,8 @@ def test_rft_samples_keeps_and_trains_round_by_round(cli, tmp_path, tiny_dir):
         assert len(set(pairs)) == len(pairs)
         assert all(k["prompt"][-1]["role"] == "user" for k in kept)  # the prompt as GRPO reads it: a chat
     assert "rft round 1/2 (step 0): 32 completions sampled (8 prompts x 4)" in result.stdout
+    # round 2's own pairs went through SFT's dataset step (tokens, labels, audit) before its epoch
+    assert f"rft round 2: token audit train (train): {rounds[1]['rft/kept']} rows" in result.stdout
     losses = [r["loss"] for r in logged if "loss" in r]
     assert len(losses) == 4 and all(math.isfinite(x) for x in losses)
     assert [r["step"] for r in logged if "held_out/loose" in r] == [0, 2, 4]  # held-out scoring works beside the rounds
