@@ -264,7 +264,7 @@ def _read_cache(output_dir: Path, key: dict, rows: int, log) -> list[dict] | Non
         return None
     if old.get("key") != key["key"]:
         changed = [name for name, value in key["parts"].items() if (old.get("parts") or {}).get(name) != value]
-        log(f"difficulty: the scores in {folder} were made with another {', '.join(changed) or 'key'}; scoring again")
+        log(f"difficulty: the scores in {folder} do not match this run ({', '.join(changed) or 'the key'} changed); scoring again")
         return None
     try:
         scores = [json.loads(line) for line in (folder / "pass_rates.jsonl").read_text().splitlines() if line.strip()]
