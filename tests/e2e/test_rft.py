@@ -160,3 +160,42 @@ def test_rounds_draw_every_prompt_once_per_pass_through_the_data():
     assert rounds.drawn(1) == stream[:15]
     rounds.seed = 1
     assert rounds.drawn(1) != stream[:15]
+
+
+def test_each_epoch_trains_the_rows_its_round_kept(repo, tmp_path, monkeypatch, isolated_cache):
+    """The swap is what trains: in the run (in this process, to watch the dataset), every row the DataLoader reads
+    before round 2 is one of round 1's, and every row after it one of round 2's."""
+    import contextlib
+    import sys
+
+    import posttrain.algorithms.run as run
+    from posttrain.algorithms import rft as rft_module
+    from posttrain.recipe.load import load_recipe
+
+    monkeypatch.syspath_prepend(str(HERE))
+    served, rows_of = [], rft_module.Rounds.rows_of
+
+    def recorded_rows(self, round_, tokenized):
+        rows = rows_of(self, round_, tokenized)
+        served.append(("round", round_.number, {tuple(r["input_ids"]) for r in rows}))
+        return rows
+
+    def read(self, i):
+        served.append(("read", tuple(self.rows[i]["input_ids"])))
+        return self.rows[i]
+
+    monkeypatch.setattr(rft_module.Rounds, "rows_of", recorded_rows)
+    monkeypatch.setattr(rft_module.RoundRows, "__getitem__", read)
+    loaded = load_recipe(repo / "recipes/rft/tiny-cpu.yaml", [*SMALL, f"training.output_dir={tmp_path / 'run'}",
+                                                              f"data.datasets[0].name={repo / 'recipes/demo/data/grpo.jsonl'}",
+                                                              f"held_out.data={repo / 'recipes/demo/data/eval.jsonl'}", "held_out.n=2",
+                                                              "held_out.every=100"])
+    with contextlib.redirect_stdout(sys.stderr):
+        assert run.run_training(loaded) == 0
+    marks = [i for i, event in enumerate(served) if event[0] == "round"]
+    assert [served[i][1] for i in marks] == [1, 2]
+    first, second = served[marks[0]][2], served[marks[1]][2]
+    reads_1 = [e[1] for e in served[marks[0] + 1:marks[1]] if e[0] == "read"]
+    reads_2 = [e[1] for e in served[marks[1] + 1:] if e[0] == "read"]
+    assert len(reads_1) == len(reads_2) == 8  # rows_per_round: one epoch each
+    assert set(reads_1) <= first and set(reads_2) <= second and set(reads_2) - first  # round 2 trains its own rows
