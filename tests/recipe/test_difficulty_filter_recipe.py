@@ -32,6 +32,7 @@ def test_off_by_default_and_its_defaults_when_on(algorithm):
     (raw({"difficulty_filter": {}}, data={"datasets": [{"name": "train.jsonl", "image_columns": ["image"]}]}, model={"base_model_name": "tiny:llava"}),
      "scoring image prompts is not supported yet"),
     (raw({"difficulty_filter": {"sample": 4}}), "Did you mean 'samples'?"),
+    (raw({"difficulty_filter": {}, "distributed": "zero3"}), "loads the weights sharded"),
 ])
 def test_what_it_cannot_score_is_refused_naming_the_key(recipe, message):
     text = error_of(recipe)

@@ -270,7 +270,7 @@ def _read_cache(output_dir: Path, key: dict, rows: int, log) -> list[dict] | Non
         scores = [json.loads(line) for line in (folder / "pass_rates.jsonl").read_text().splitlines() if line.strip()]
     except (OSError, ValueError):
         scores = []
-    if sorted(s.get("row") for s in scores) != list(range(rows)):
+    if sorted(s.get("row", -1) if isinstance(s, dict) else -1 for s in scores) != list(range(rows)):
         log(f"difficulty: {folder / 'pass_rates.jsonl'} does not hold a score for each of the {rows} prompts; scoring again")
         return None
     return sorted(scores, key=lambda s: s["row"])

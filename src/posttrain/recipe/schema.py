@@ -94,9 +94,15 @@ class Recipe(Section):
 
     def _difficulty_checks(self) -> list[tuple[str, str]]:
         """training.difficulty_filter scores text prompts with posttrain's decoding loop (algorithms/difficulty.py)."""
-        if getattr(self.training, "difficulty_filter", None) is not None and self.uses_images:
+        if getattr(self.training, "difficulty_filter", None) is None:
+            return []
+        if self.uses_images:
             return [("training.difficulty_filter", "scoring image prompts is not supported yet (posttrain's decoding loop "
                      "scores text prompts); remove training.difficulty_filter or train on text prompts.")]
+        if self.training.distributed in ("zero3", "zero3_offload"):
+            return [("training.difficulty_filter", f"training.distributed={self.training.distributed!r} loads the weights "
+                     "sharded, and the filter's scoring generates with whole weights on each process (not supported with "
+                     "ZeRO-3 yet); use ddp, zero2 or fsdp, or remove training.difficulty_filter.")]
         return []
 
     def _tool_checks(self) -> list[tuple[str, str]]:
