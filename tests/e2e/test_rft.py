@@ -69,6 +69,8 @@ def test_rft_samples_keeps_and_trains_round_by_round(cli, tmp_path, tiny_dir):
     assert [r["step"] for r in logged if "held_out/loose" in r] == [0, 2, 4]  # held-out scoring works beside the rounds
     summary = json.loads((out / "run_summary.json").read_text())
     assert summary["algorithm"] == "rft" and summary["global_step"] == 4
+    assert summary["rft"]["sequences_trained"] == 16 and [r["acceptance"] for r in summary["rft"]["rounds"]] == [
+        r["rft/acceptance"] for r in rounds]
     assert summary["token_audit"][0]["no_label_rows"] == 0 and summary["token_audit"][0]["end_of_turn_labelled"] > 0
     config = json.loads((out / "trl_config.json").read_text())
     assert config["num_train_epochs"] == 2 and config["padding_free"] is True  # a round per epoch; SFT's CPU batching
@@ -99,6 +101,8 @@ def test_rft_with_lora_trains_the_adapter_and_resumes_from_its_rounds(cli, tmp_p
     assert "rft round 2/2 (step 2)" in again.stdout
     assert (out / "rft" / "round-1.jsonl").read_text() == kept_1
     assert [(r["rft/round"], r["step"]) for r in records(out) if "rft/round" in r] == [(1, 0), (2, 2)]  # each round logged once
+    summary = json.loads((out / "run_summary.json").read_text())["rft"]
+    assert [r["round"] for r in summary["rounds"]] == [1, 2] and summary["sequences_trained"] == 16  # the whole run's
 
 
 def test_rft_on_two_processes_samples_their_shares_and_trains_the_gathered_rows(cli, tmp_path):

@@ -31,6 +31,7 @@ the threshold), rft/acceptance (accepted / sampled), rft/kept (after deduplicati
 rft/prompts_solved (share of the drawn prompts with a kept completion), rft/rows, rft/repeats (rows / kept),
 rft/reward_mean and time/rft_sample_s. The kept pairs go to output_dir/rft/round-R.jsonl; a resumed run reads each
 round that began at or before its checkpoint from there instead of sampling it again, so it trains the same rows.
+run_summary.json's `rft` lists every round's record and the sequences trained (rounds x rows_per_round).
 """
 
 from __future__ import annotations
@@ -300,6 +301,16 @@ class Rounds(TrainerCallback):
             self.unwritten.append(round_)
             self.unlogged.append(round_)
         self._write_and_log(state, control)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        """run_summary.json's `rft`: every round's record (metrics.jsonl's, so a resumed run's earlier rounds too) and the
+        sequences trained, the figure a compute-matched comparison (more SFT) states."""
+        path = self.run.output_dir / "metrics.jsonl"
+        logged = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+        rounds = {r["rft/round"]: {k.removeprefix("rft/"): v for k, v in r.items() if k.startswith("rft/") or k == "step"}
+                  for r in logged if "rft/round" in r}
+        self.run.summary["rft"] = {"rounds": [rounds[n] for n in sorted(rounds)], "rows_per_round": self.n_rows,
+                                   "sequences_trained": round((state.epoch or 0) * self.n_rows)}  # an epoch per round
 
     def tokenize(self, round_: Round):
         """A later round's pairs through the trainer's SFT dataset step (posttrain's audited one), its audit logged."""
