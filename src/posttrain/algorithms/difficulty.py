@@ -66,13 +66,14 @@ class Difficulty:
         self.key, self.scores, self.cached = key, scores, cached
         self.report: dict = {}
 
-    def write(self, output_dir: Path) -> None:
-        """key.json, pass_rates.jsonl and report.json in output_dir/difficulty (the main process; again after a run
-        started over moved the earlier run's files aside)."""
+    def write(self, output_dir: Path, report: bool = True) -> None:
+        """key.json and pass_rates.jsonl in output_dir/difficulty as soon as they are scored, and with report.json once the
+        run's files are written (algorithms/run.py; a run started over has moved the earlier run's aside by then)."""
         folder = Path(output_dir) / FOLDER
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "pass_rates.jsonl").write_text("".join(json.dumps(s) + "\n" for s in self.scores))
-        (folder / "report.json").write_text(json.dumps(self.report, indent=2) + "\n")
+        if report:
+            (folder / "report.json").write_text(json.dumps(self.report, indent=2) + "\n")
         (folder / "key.json").write_text(json.dumps(self.key, indent=2) + "\n")  # last: a cut-off write is never read as whole
 
 
@@ -98,8 +99,8 @@ def difficulty_filter(recipe, loaded, train_dataset, output_dir: Path, drops, lo
         result = Difficulty(key, score(recipe, loaded, train_dataset, rank, world, log), cached=False)
     kept = _band(result, spec)
     result.report = report(result.scores, kept, spec)
-    if rank == 0:
-        result.write(output_dir)  # before any stop below: a rerun with another band or drop limit reads the scores
+    if rank == 0 and not result.cached:
+        result.write(output_dir, report=False)  # before any stop below: a rerun with another band or drop limit reads them
     for line in render(result.report, spec):
         log(line)
     _no_headroom(result.report, spec)
@@ -109,6 +110,9 @@ def difficulty_filter(recipe, loaded, train_dataset, output_dir: Path, drops, lo
     drops.add_stage(split_key(recipe.data, "train"), f"outside {KEY}'s pass-rate band [{spec.min_pass_rate:g}, {spec.max_pass_rate:g}]",
                     len(train_dataset), dropped)
     drops.check()  # now, before the trainer is built: its exit 2 names data.max_drop_fraction
+    if len(train_dataset) and not kept:
+        raise UserError(f"{KEY}: no training prompt has a pass rate in [{spec.min_pass_rate:g}, {spec.max_pass_rate:g}] "
+                        "(the table above), so nothing would train; widen the band")
     return (train_dataset.select(kept) if dropped else train_dataset), result
 
 

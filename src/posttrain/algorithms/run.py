@@ -289,8 +289,8 @@ def _build_run(loaded_recipe: LoadedRecipe, lock, argv: list[str]):
     output_dir.mkdir(parents=True, exist_ok=True)
     if is_main_process():
         _write_run_files(output_dir, recipe_text, trainer.args, resume_from)  # with what start-up decided (micro-batching)
-        if difficulty is not None and not (output_dir / "difficulty" / "key.json").is_file():
-            difficulty.write(output_dir)  # a run started over moved the earlier run's files aside, these scores with them
+        if difficulty is not None:
+            difficulty.write(output_dir)  # with its report; a run started over has moved the earlier run's files aside
     return run, trainer
 
 
