@@ -25,7 +25,7 @@ FLOORS = {
     "generation": 6,
     "evaluation": 7,
     "recipe": 8, "tracking": 8,
-    "algorithms": 9, "migrate": 9,
+    "algorithms": 9, "migrate": 9, "experiment": 9,
     "commands": 10,
     "cli": 11,
     "__main__": 12, "cli_reference": 12,  # cli_reference: the Commands page, generated from cli.build_parser

@@ -18,8 +18,6 @@ from pathlib import Path
 # The libraries a run stands on, in the order a report reads them.
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "safetensors", "tokenizers", "vllm",
             "deepspeed", "math-verify")
-# CPU instructions that decide posttrain's CPU speed paths and bf16 (docs: Training fast on a CPU).
-CPU_FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2")
 
 
 def add_parser(sub) -> None:
@@ -42,6 +40,8 @@ def report() -> dict[str, str]:
     out = {"posttrain": _posttrain()}
     out["python"] = f"{platform.python_version()} ({platform.python_implementation()}, {sys.executable})"
     out["os"] = platform.platform()
+    from posttrain.models.cpu_paths import cpu_description
+
     out["cpu"], out["cpu flags"] = cpu_description()
     for name in PACKAGES:
         version = _version(name)
@@ -80,22 +80,6 @@ def _posttrain() -> str:
 def _git(root: Path, *args: str) -> str:
     result = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10, check=True)
     return result.stdout.strip()
-
-
-def cpu_description(cpuinfo: str | None = None) -> tuple[str, str]:
-    """(model and logical cores, the CPU_FLAGS it has) from /proc/cpuinfo; platform's word elsewhere."""
-    cores = os.cpu_count() or "?"
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return f"{platform.processor() or platform.machine()}, {cores} logical cores", "unknown (no /proc/cpuinfo)"
-    model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, flags=re.M)
-    flags_line = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", cpuinfo, flags=re.M)
-    flags = set(flags_line.group(1).split()) if flags_line else set()
-    have = [f for f in CPU_FLAGS if f in flags]
-    name = model.group(1).strip() if model else platform.machine()
-    return f"{name}, {cores} logical cores", " ".join(have) or f"none of {', '.join(CPU_FLAGS)}"
 
 
 def _torch_cuda() -> str:

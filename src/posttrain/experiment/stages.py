@@ -104,7 +104,7 @@ def commands(plan, out: Path, lanes: int) -> dict[str, list[Command]]:
 
 def provenance() -> dict:
     """When, on what code and on which machine a stage starts (a run of hours may see the code change between stages)."""
-    from posttrain.commands.env import cpu_description
+    from posttrain.models.cpu_paths import cpu_description
     from posttrain.experiment.lock import commit
 
     cpu, flags = cpu_description()

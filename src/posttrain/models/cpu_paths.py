@@ -17,8 +17,13 @@ flattened scoring (which needs the CPU attention to keep rows apart) 1.12x.
 
 from __future__ import annotations
 
+import os
+import platform
+import re
 from pathlib import Path
 
+# CPU instructions that decide posttrain's CPU speed paths and bf16 (docs: Training fast on a CPU).
+CPU_FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2")
 PATHS = ("cpu_attention", "lm_head", "flat_scoring")
 NAMES = {"cpu_attention": "CPU attention (and padding-free SFT batches)", "lm_head": "the CPU LM head",
          "flat_scoring": "flattened GRPO scoring"}
@@ -57,3 +62,19 @@ def startup_note(algorithm: str, kind: str | None = None) -> str | None:
         return None
     return (f"cpu speed paths ({kind}): " + "; ".join(f"{NAMES[p]} off ({why})" for p, why in off)
             + ": each path runs only where it earned >= 1.1x on this kind of CPU (posttrain docs results/speed-paths)")
+
+
+def cpu_description(cpuinfo: str | None = None) -> tuple[str, str]:
+    """(model and logical cores, the CPU_FLAGS it has) from /proc/cpuinfo; platform's word elsewhere."""
+    cores = os.cpu_count() or "?"
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return f"{platform.processor() or platform.machine()}, {cores} logical cores", "unknown (no /proc/cpuinfo)"
+    model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, flags=re.M)
+    flags_line = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", cpuinfo, flags=re.M)
+    flags = set(flags_line.group(1).split()) if flags_line else set()
+    have = [f for f in CPU_FLAGS if f in flags]
+    name = model.group(1).strip() if model else platform.machine()
+    return f"{name}, {cores} logical cores", " ".join(have) or f"none of {', '.join(CPU_FLAGS)}"
