@@ -7,7 +7,6 @@ which is when a bug report is most needed.
 
 from __future__ import annotations
 
-import os
 import platform
 import re
 import shutil
