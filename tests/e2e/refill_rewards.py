@@ -1,4 +1,4 @@
-"""A reward for the refill tests (tests/e2e/test_refill.py): signal on about half of the prompts only."""
+"""A reward for the refill tests (tests/e2e/test_refill_runs.py): signal on about half of the prompts only."""
 
 import hashlib
 
