@@ -8,8 +8,9 @@ run (docs: speed paths). Kinds:
     avx512_bf16    avx512_bf16 without AMX: bf16 autocast
     avx2           neither: float32 training
 
-On avx512_bf16 every path earned its place (benchmarks/results/speed_paths_*_avx512.txt). On AMX they run as
-on avx512_bf16: no per-path race was run there (the CPU LM head alone was, 1.22-2.09x: big-vocab results).
+On avx512_bf16 every path earned its place (benchmarks/results/speed_paths_*_avx512.txt). On AMX
+(speed_paths_sft_dpo_amx.txt) padding-free SFT earned 1.13x, the LM head 1.13x in DPO and 0.80x memory in SFT,
+the attention 1.11x in DPO and 0.98x in SFT, where it stays on because padding-free batches need it.
 On AVX2 (benchmarks/results/speed_paths_avx2_issue48.md) the CPU attention cost SFT 0.75x and DPO 0.99x, the
 CPU LM head 0.65x and 0.97x: both are off there outside the GRPO family, where the LM head earned 1.20x and
 flattened scoring (which needs the CPU attention to keep rows apart) 1.12x.
