@@ -1,5 +1,5 @@
-"""The experiments ported to `posttrain experiment` after their runs (kl-real, tool-use-real): their committed results
-are what the command rebuilds from the committed answers, and their plans (toy versions included) resolve.
+"""The experiments ported to `posttrain experiment` after their runs (grpo-real, kl-real, tool-use-real): their committed
+results are what the command rebuilds from the committed answers, and their plans (toy versions included) resolve.
 
 Nothing trains here: the suite already runs one experiment's toy end to end (grpo-real's). A rebuild reads
 benchmarks/results/DIR's plan.yaml, lock.json, meta.json, samples/ and health.json, as `experiment tables` does on a
@@ -22,7 +22,8 @@ from posttrain.experiment.stages import commands
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
-PORTED = {"experiments/kl-real.yaml": "benchmarks/results/kl_real", "experiments/tool-use-real.yaml": "benchmarks/results/tool_use_smollm2"}
+PORTED = {"experiments/grpo-real.yaml": "benchmarks/results/grpo_real", "experiments/kl-real.yaml": "benchmarks/results/kl_real",
+          "experiments/tool-use-real.yaml": "benchmarks/results/tool_use_smollm2"}
 
 
 def _posttrain(*args: str) -> subprocess.CompletedProcess:
