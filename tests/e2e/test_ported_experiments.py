@@ -23,7 +23,7 @@ from posttrain.experiment.stages import commands
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 PORTED = {"experiments/grpo-real.yaml": "benchmarks/results/grpo_real", "experiments/kl-real.yaml": "benchmarks/results/kl_real",
-          "experiments/tool-use-real.yaml": "benchmarks/results/tool_use_smollm2"}
+          "experiments/tool-use-real.yaml": "benchmarks/results/tool_use_smollm2", "experiments/kl-ablation.yaml": "benchmarks/results/kl_ablation"}
 
 
 def _posttrain(*args: str) -> subprocess.CompletedProcess:
