@@ -71,6 +71,8 @@ CASES: dict[str, Case] = {
                                               ["held_out.n", "the task has only 8 items"]),
     "held_out custom without data": Case(V + ["held_out={task: custom}"], ["held_out", "needs held_out.data"]),
     "held_out every zero": Case(T + ["held_out={task: arithmetic, every: 0}"], ["held_out.every"]),
+    "held_out patience without a best model": Case(V + ["held_out={task: arithmetic, patience: 2, keep_best: none}"],
+                                                   ["held_out", "patience", "needs held_out.keep_best strict or loose"]),
     "held_out flag without section": Case(V + ["training.stop_on=[held_out_regression]"], ["training.stop_on", "no held_out section"]),
     "datasets empty": Case(V + ["data.datasets=[]"], ["data.datasets", "is empty"]),
     "datasets a string": Case(V + ["data.datasets=sft.jsonl"], ["data.datasets"]),

@@ -181,3 +181,29 @@ def test_a_continued_run_keeps_comparing_with_its_own_step_0(runs, cli):
     best = json.loads((out / "best" / "held_out.json").read_text())
     ranked = max(evaluations, key=lambda r: (r["held_out/strict"], r["held_out/loose"], -r["step"]))
     assert best["step"] == ranked["step"]
+
+
+def test_the_plateau_rule_stops_the_run_and_keeps_the_best_model(runs, cli):
+    """held_out.patience 2: the same collapsing GRPO run stops at the second evaluation in a row that beats no earlier
+    one (best by strict, then loose, as keep_best ranks), with best/ holding the plateau's model."""
+    out = runs / "plateau"
+    result = _ok(cli("train", "--recipe", "recipes/demo/grpo.yaml", f"model.base_model_name={runs / 'sft'}", "model.use_lora=true",
+                     f"training.output_dir={out}", "training.learning_rate=0.05", "training.max_steps=12",
+                     "training.per_device_train_batch_size=16",
+                     f"held_out={{task: custom, data: {runs / 'trained-sums.jsonl'}, n: 40, every: 2, max_new_tokens: 8, patience: 2}}"))
+    evaluations = _held_out(out)
+    best, since, stop = None, 0, None
+    for r in evaluations:  # the rule, replayed on the logged scores
+        rank = (r["held_out/strict"], r["held_out/loose"])
+        since = 0 if best is None or rank > best[0] else since + 1
+        best = (rank, r["step"]) if since == 0 else best
+        if since == 2:
+            stop = r["step"]
+            break
+    assert stop is not None and stop < 12, evaluations  # the run collapses, so the rule must fire before max_steps
+    assert evaluations[-1]["step"] == stop
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert summary["global_step"] == stop
+    assert summary["held_out"]["stopped"] == {"step": stop, "best_step": best[1], "evaluations": 2}
+    assert json.loads((out / "best" / "held_out.json").read_text())["step"] == best[1]
+    assert f"stopping at step {stop}, best/ holds step {best[1]}'s model" in result.stdout + result.stderr

@@ -21,7 +21,8 @@ and its answers go to output_dir/held_out/step-N.jsonl (the records `posttrain e
 health check `held_out_regression` (posttrain.monitoring.held_out_fall) fires on the first evaluation
 below step 0 past a bound that holds its false-alarm rate over all the planned evaluations and both
 metrics; `training.stop_on: [held_out_regression]` stops the run there. With
-`held_out.keep_best` the model of the best evaluation so far is saved in output_dir/best.
+`held_out.keep_best` the model of the best evaluation so far is saved in output_dir/best; with
+`held_out.patience: P` the run stops once P evaluations in a row have not beaten it (a plateau).
 
 Several processes: each answers its share of the items and the records are gathered, so every
 process sees the same scores and takes the same decisions. Greedy decoding draws no random numbers
@@ -64,6 +65,8 @@ class HeldOutScores(TrainerCallback):
         self.start: dict[str, dict[str, bool]] | None = None  # step 0's outcomes: metric -> item id -> right
         self.best: dict | None = None  # {"step", "strict", "loose"} of the best evaluation so far
         self.last_step: int | None = None
+        self.since_best = 0  # evaluations in a row that did not beat the best (held_out.patience)
+        self.stopped: dict | None = None  # {"step", "best_step", "evaluations"} when the plateau rule stopped the run
 
     def attach(self, trainer) -> None:
         self.trainer = trainer
@@ -91,6 +94,9 @@ class HeldOutScores(TrainerCallback):
             saved = json.loads(best.read_text())
             if saved.get("step", 0) <= step:
                 self.best = saved
+                # the plateau count goes on: the evaluations after the best one, up to the checkpoint
+                self.since_best = sum(1 for f in (self.output_dir / FOLDER).glob("step-*.jsonl")
+                                      if saved["step"] < int(f.stem.removeprefix("step-")) <= step)
             elif self._is_main():
                 shutil.rmtree(self.output_dir / BEST, ignore_errors=True)
 
@@ -109,7 +115,8 @@ class HeldOutScores(TrainerCallback):
             folder = self.output_dir / FOLDER
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"step-{step}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records))
-        self._keep_if_best(record, step)
+        improved = self._keep_if_best(record, step)
+        self._stop_at_plateau(improved, step, control)
         trainer = self.trainer
         trainer.state.log_history.append({**record, "step": step})
         # the record goes to every callback's on_log as Trainer.log would send it, without TRL's log override,
@@ -190,16 +197,16 @@ class HeldOutScores(TrainerCallback):
             self.start = outcomes
         return record
 
-    def _keep_if_best(self, record: dict, step: int) -> None:
+    def _keep_if_best(self, record: dict, step: int) -> bool:
         """Save the model when this evaluation beats every earlier one: by `keep_best`'s accuracy, then by the
-        other one (strict 0% everywhere still tells loose apart); full ties keep the earlier step."""
+        other one (strict 0% everywhere still tells loose apart); full ties keep the earlier step. True when saved."""
         metric = self.spec.keep_best
         if metric == "none":
-            return
+            return False
         other = next(m for m in HELD_OUT_METRICS if m != metric)
         rank = (record[f"{HELD_OUT_PREFIX}{metric}"], record[f"{HELD_OUT_PREFIX}{other}"])
         if self.best is not None and rank <= (self.best[metric], self.best[other]):
-            return
+            return False
         self.best = {"step": step, "metric": metric, **{m: record[f"{HELD_OUT_PREFIX}{m}"] for m in HELD_OUT_METRICS}}
         folder = self.output_dir / BEST
         if self._is_main() and folder.exists():
@@ -207,6 +214,21 @@ class HeldOutScores(TrainerCallback):
         self.trainer.save_model(str(folder))  # every process calls it (DeepSpeed gathers); the main one writes
         if self._is_main():
             (folder / "held_out.json").write_text(json.dumps(self.best, indent=1) + "\n")
+        return True
+
+    def _stop_at_plateau(self, improved: bool, step: int, control) -> None:
+        """held_out.patience: stop once that many evaluations in a row did not beat the best. Every process takes
+        the same decision (the scores are gathered), so a multi-process run stops together."""
+        self.since_best = 0 if improved else self.since_best + 1
+        patience = self.spec.patience
+        if patience is None or self.since_best < patience or step == 0:
+            return
+        self.stopped = {"step": step, "best_step": self.best["step"], "evaluations": self.since_best}
+        control.should_training_stop = True
+        if self._is_main():
+            log(f"held-out plateau: {self.since_best} evaluations since step {self.best['step']} beat none of its "
+                f"{self.best['metric']} {100 * self.best[self.best['metric']]:.1f}% (held_out.patience {patience}); "
+                f"stopping at step {step}, best/ holds step {self.best['step']}'s model")
 
     def _is_main(self) -> bool:
         return self.trainer is None or self.trainer.args.process_index == 0
@@ -216,7 +238,8 @@ class HeldOutScores(TrainerCallback):
         scores = [{"step": r.get("step"), **{k.removeprefix(HELD_OUT_PREFIX): v for k, v in r.items() if k.startswith(HELD_OUT_PREFIX)},
                    "seconds": r.get("time/held_out_s")} for r in records if any(k.startswith(HELD_OUT_PREFIX) for k in r)]
         return {"task": self.spec.task, "items": len(self.items), "every": self.spec.every, "scores": scores,
-                "best": {**self.best, "path": str(self.output_dir / BEST)} if self.best else None}
+                "best": {**self.best, "path": str(self.output_dir / BEST)} if self.best else None,
+                **({"stopped": self.stopped} if self.stopped else {})}
 
 
 def _tokenizer(trainer):

@@ -22,6 +22,7 @@ import argparse
 import json
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from posttrain.checkpoints import checkpoint_dirs
@@ -80,6 +81,11 @@ def add_parser(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="hub id, local model or adapter dir, a .gguf file (dequantized once), tiny:ARCH-SIZE, s3://BUCKET/PATH, or an API/vLLM spec (openai:MODEL, vllm:PATH, ...)")
     _shared_arguments(p)
+    p.add_argument("--pass-k", type=COUNT, default=None, metavar="K",
+                   help="also sample K answers per item at --pass-temperature and report pass@K beside greedy accuracy: the "
+                        "headroom RL can reach (run it before GRPO; none means RL can only teach format)")
+    p.add_argument("--pass-temperature", type=TEMPERATURE, default=1.0, metavar="T",
+                   help="sampling temperature of --pass-k's answers (default 1.0; the accuracy stays --temperature's)")
     p.set_defaults(func=cmd_eval)
 
     p = subparsers.add_parser(
@@ -383,7 +389,9 @@ def _engine_options(arms: list[dict], args) -> dict[str, dict]:
 
 
 def _run_arms(arms: list[dict], items: list[dict], params, args, out: Path, options: dict[str, dict],
-              toolbox=None) -> dict[str, list[dict]]:
+              toolbox=None, passes=()) -> dict[str, list[dict]]:
+    """Each arm's records under its name; with `passes` (eval --pass-k), also ARM#passJ: the same engine answering
+    every item again with the J-th sampling parameters."""
     from posttrain.evaluation.runner import LazyEngine, evaluate
     from posttrain.generation.engines import make_engine
 
@@ -397,8 +405,9 @@ def _run_arms(arms: list[dict], items: list[dict], params, args, out: Path, opti
         engine = with_tools(LazyEngine(spec, lambda spec=spec: make_engine(spec, **options[spec])), toolbox, args)
         _log(f"{arm['name']}: {spec} on {len(items)} items")
         try:
-            results[arm["name"]] = evaluate(arm["name"], engine, items, params, cache_dir, log=_log, endpoint=endpoint(spec, options[spec]),
-                                            use_chat_template=options[spec].get("use_chat_template", True) is not False)
+            for name, sampling in [(arm["name"], params), *((f"{arm['name']}#pass{j}", p) for j, p in enumerate(passes))]:
+                results[name] = evaluate(name, engine, items, sampling, cache_dir, log=_log, endpoint=endpoint(spec, options[spec]),
+                                         use_chat_template=options[spec].get("use_chat_template", True) is not False)
         finally:
             engine.close()
     return results
@@ -440,6 +449,9 @@ def cmd_eval(args) -> int:
                         f"checkpoints, or all of them with: posttrain compare --arm run={args.model} --task {args.task}")
     params = _sampling(args)
     _error_share(args)  # checked before anything is generated
+    if args.pass_k is not None and (args.pass_k < 2 or args.pass_temperature == 0):
+        raise UserError(f"--pass-k {args.pass_k} --pass-temperature {args.pass_temperature}: pass@k samples 2 or more answers "
+                        "per item at a temperature above 0 (e.g. --pass-k 8 --pass-temperature 1.0)")
     arm = {"name": "model", "spec": args.model}
     options = _engine_options([arm], args)
     _check_plot_possible(args)
@@ -447,13 +459,21 @@ def cmd_eval(args) -> int:
     toolbox = make_toolbox(args)  # checked before anything is written
     out = Path(args.out or f"runs/eval-{args.task}")
     out.mkdir(parents=True, exist_ok=True)
+    passes = [replace(params, temperature=args.pass_temperature, seed=args.seed + 1 + j) for j in range(args.pass_k or 0)]
     try:
-        records = _run_arms([arm], items, params, args, out, options, toolbox)
+        records = _run_arms([arm], items, params, args, out, options, toolbox, passes)
     finally:
         if toolbox is not None:
             toolbox.close()
     _write_jsonl(out / "samples.jsonl", records["model"])
     report = build_report([arm], records, task=args.task, alpha=args.alpha, settings=_settings(params), **_error_share(args))
+    if passes:
+        from posttrain.evaluation.pass_at_k import pass_at_k
+
+        sampled = [records[f"model#pass{j}"] for j in range(len(passes))]
+        _write_jsonl(out / "samples_pass.jsonl", [{**r, "sample": j} for j, rows in enumerate(sampled) for r in rows])
+        _log(f"the {len(passes)} sampled answers per item: {out / 'samples_pass.jsonl'}")
+        report["pass_at_k"] = pass_at_k(records["model"], sampled, args.pass_temperature)
     _finish(report, args, out, "summary", out / "samples.jsonl")
     return 0
 

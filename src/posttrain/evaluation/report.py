@@ -290,6 +290,10 @@ def render_markdown(report: dict) -> str:
                   "on the discordant items, excludes 0. Each pair is tested on its own (no correction for "
                   "multiple comparisons).", ""]
     parts += _render_seed_groups(report)
+    if report.get("pass_at_k"):
+        from posttrain.evaluation.pass_at_k import render
+
+        parts += [render(report["pass_at_k"])]
     return "\n".join(parts)
 
 

@@ -49,6 +49,11 @@ class HeldOutSection(Section):
         description="Save the model of the evaluation with the highest accuracy of this kind (strict: the format the reward "
         "asks for; loose: format-blind) in output_dir/best, with best/held_out.json naming its step and scores; step 0 counts, "
         "so best/ holds the starting model when no later step beat it. 'none': keep nothing.")
+    patience: StrictInt | None = Field(
+        None, ge=1,
+        description="Stop training when this many evaluations in a row have not beaten the best one (by keep_best's accuracy): "
+        "the plateau rule of a start trained 'until it stops improving'. best/ then holds the plateau's model, and "
+        "run_summary.json's held_out.stopped says at which step and why. null (default): train every max_steps step.")
 
     @model_validator(mode="after")
     def _task_inputs(self):
@@ -62,6 +67,9 @@ class HeldOutSection(Section):
             unused = [k for k in ("prompt_column", "answer_column") if k in self.model_fields_set]
             if unused:
                 raise ValueError(f"held_out.{unused[0]} applies to task custom only; task {self.task} would ignore it. Remove it.")
+        if self.patience is not None and self.keep_best == "none":
+            raise ValueError("held_out.patience stops at a plateau and keeps its best model in output_dir/best; it needs "
+                             "held_out.keep_best strict or loose, not none.")
         if self.pass_k == 1:
             raise ValueError("held_out.pass_k=1 is one sampled answer per item; use 2 or more, or 0 for none.")
         if "temperature" in self.model_fields_set and not self.pass_k:
