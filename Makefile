@@ -25,7 +25,7 @@ STAMP := $(VENV)/.posttrain-installed
 # from source for minutes): its own lighter install keeps `make demo` inside its time budget.
 BASE_STAMP := $(VENV)/.posttrain-base-installed
 
-.PHONY: install install-base demo demo-real tool-use tool-use-real test docs benchmark kl-ablation kl-real grpo-real clean
+.PHONY: install install-base demo demo-real tool-use tool-use-real test docs benchmark kl-ablation kl-real grpo-real rl-from-plateau clean
 
 install: $(STAMP)
 install-base: $(BASE_STAMP)
@@ -140,6 +140,12 @@ kl-real: $(GGUF_STAMP) $(REAL_MODEL)
 # Does GRPO make the real model better? demo-real's recipes, 3 GRPO seeds, a more-SFT control, 300 test items paired.
 grpo-real: $(GGUF_STAMP) $(REAL_MODEL)
 	$(BIN)/posttrain experiment run experiments/grpo-real.yaml --out runs/grpo-real
+
+# Does RL add skill from an SFT plateau? SFT until the dev set stops improving, a pass@8 gate, then GRPO (correctness,
+# difficulty filter, refill) and RFT x 3 seeds and a more-SFT control, 1,500 test items (experiments/rl-from-plateau.yaml;
+# results in runs/experiments/rl-from-plateau). Estimated 2.7 h on 2 cores; resumable.
+rl-from-plateau: $(GGUF_STAMP) $(REAL_MODEL)
+	$(BIN)/posttrain experiment run experiments/rl-from-plateau.yaml
 
 clean:
 	rm -rf runs .pytest_cache

@@ -16,6 +16,9 @@ plus a sum), all with one short system prompt that asks for the number in <answe
 - test.jsonl: 300 other held-out problems (no question of eval.jsonl, none repeated), the same chats:
   the test set of `make demo-real`'s compare and of the pre-registered experiment
   (benchmarks/results/grpo_real/plan.md). No recipe was tuned on it.
+- test-1500.jsonl: 1,500 further held-out problems (no question of eval.jsonl or test.jsonl, none repeated), the same
+  chats, each marked `fact_in_sft`: whether its arithmetic (e.g. "7 * 23", whatever the story) is worked in sft.jsonl.
+  The test set of experiments/rl-from-plateau.yaml.
 """
 
 from __future__ import annotations
@@ -51,8 +54,16 @@ def main() -> None:
             seen.add(p["question"])
             test.append({"id": f"test-{len(test)}", "prompt": [{"role": "system", "content": SYSTEM},
                                                              {"role": "user", "content": p["question"]}], "answer": p["answer"]})
+    facts = {p["expression"] for p in train[:600]}
+    larger = []
+    for p in problems(20000, seed=14, held_out=True):
+        if len(larger) < 1500 and p["question"] not in seen:
+            seen.add(p["question"])
+            larger.append({"id": f"t1500-{len(larger)}", "prompt": [{"role": "system", "content": SYSTEM},
+                                                                   {"role": "user", "content": p["question"]}],
+                           "answer": p["answer"], "fact_in_sft": p["expression"] in facts})
     HERE.mkdir(exist_ok=True)
-    for name, rows in (("sft", sft), ("grpo", grpo), ("eval", evaluation), ("test", test)):
+    for name, rows in (("sft", sft), ("grpo", grpo), ("eval", evaluation), ("test", test), ("test-1500", larger)):
         (HERE / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         print(f"{HERE / name}.jsonl: {len(rows)} rows")
 

@@ -95,3 +95,54 @@ def test_the_lock_pins_the_test_set(tmp_path):
     data.write_text('{"prompt": "1+1", "answer": 3}\n')
     with pytest.raises(UserError, match=r"the test set \(.*test.jsonl\) changed since the lock"):
         check_lock(plan)
+
+
+PLATEAU = REPO / "experiments" / "rl-from-plateau.yaml"
+
+
+def test_the_plateau_plan_gates_its_arms_on_dev_items_and_pins_them(tmp_path, capsys):
+    plan = load_plan(PLATEAU)
+    assert plan.start.use == "best" and plan.gate["k"] == 8 and plan.gate["min_headroom"] == 0.10
+    assert plan.gate["data"] != plan.test["data"]
+    assert main(["experiment", "check", str(PLATEAU)]) == 0
+    assert "H1: 0.84 at 1500 items" in capsys.readouterr().out  # the test was sized by this power analysis
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text('{"prompt": "1+1", "answer": 2}\n')
+    copy = tmp_path / "plateau.yaml"
+    copy.write_text(PLATEAU.read_text().replace("data: recipes/demo-real/data/eval.jsonl, max_new_tokens: 40, k: 8",
+                                                f"data: {dev}, max_new_tokens: 40, k: 8"))
+    write_lock(load_plan(copy))
+    dev.write_text('{"prompt": "1+1", "answer": 3}\n')
+    with pytest.raises(UserError, match=r"the gate's items \(.*dev.jsonl\) changed since the lock"):
+        check_lock(load_plan(copy))
+
+
+def test_a_gate_and_a_start_use_are_checked(tmp_path, capsys):
+    raw = yaml.safe_load(PLATEAU.read_text())
+    raw["start"]["use"] = "last"
+    raw["gate"] = {"data": raw["test"]["data"], "k": 1, "min_headroom": 10, "metric": "exact", "colour": 1}
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert main(["experiment", "check", str(path)]) == 2
+    err = capsys.readouterr().err
+    for expected in ("start.use: 'last' is final", "gate: unknown key 'colour'", "gate.data: the gate's items are the test set's",
+                     "gate.k: 1 must be a whole number of at least 2", "gate.metric: 'exact'", "gate.min_headroom: 10 must be a share"):
+        assert expected in err, expected
+
+
+@pytest.mark.parametrize("headroom", [0.04, 0.10])
+def test_the_gate_stops_the_experiment_below_its_headroom(tmp_path, headroom):
+    """The gate reads `posttrain eval --pass-k`'s summary of the start: below min_headroom no arm may run."""
+    from posttrain.experiment.stages import GateFailed, check_gate
+
+    plan = load_plan(PLATEAU)
+    (tmp_path / "gate").mkdir()
+    loose = {"pass@8": 0.5 + headroom, "greedy": 0.5, "headroom": headroom, "reached_only_by_sampling": 12}
+    (tmp_path / "gate" / "summary.json").write_text(json.dumps({"pass_at_k": {"k": 8, "n": 100, "loose": loose, "strict": loose}}))
+    if headroom < plan.gate["min_headroom"]:
+        with pytest.raises(GateFailed, match=r"gate failed: .*pass@8 .* is 54.0% against greedy 50.0% on 100 gate items: "
+                                             r"headroom \+4.0 points, below the plan's 10. No arm ran"):
+            check_gate(plan, tmp_path)
+    else:
+        assert check_gate(plan, tmp_path)["passed"] is True
+    assert json.loads((tmp_path / "gate.json").read_text())["passed"] is (headroom >= 0.10)

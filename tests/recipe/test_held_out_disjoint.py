@@ -134,3 +134,10 @@ def test_experiment_test_sets_are_in_no_training_file_of_any_stage(plan, monkeyp
         for train in _local_files(recipe):
             shared = asked & questions(train)
             assert not shared, f"{plan.name}: {loaded.test['data']} shares {len(shared)} questions with {train} ({stage.name})"
+    if loaded.gate:  # the gate decides on dev items before the test: they are neither test items nor trained on
+        dev = questions(REPO / loaded.gate["data"])
+        assert not dev & asked, f"{plan.name}: the gate's items share questions with the test set"
+        for stage in stages:
+            recipe, _ = apply_overrides(_recipe(REPO / stage.recipe), list(stage.overrides))
+            for train in _local_files(recipe):
+                assert not dev & questions(train), f"{plan.name}: the gate's items are in {train} ({stage.name})"

@@ -112,7 +112,7 @@ def _run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(plan.path, kept)
     (out / "lock.json").write_text(json.dumps(lock, indent=1) + "\n")
-    done = stages.run_all(commands, out, lanes)
+    done = stages.run_all(run_plan, commands, out, lanes)
     stages.keep_answers(run_plan, out)
     meta = {"fast": args.fast, "lanes": lanes, "stages": {c.name: {k: v for k, v in c.record.items() if k != "kept"} for c in done}}
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")

@@ -51,9 +51,12 @@ def commit(where: Path | None = None) -> str | None:
 def contents(plan) -> dict:
     """What the lock pins: the plan file, each recipe it names, the test set."""
     what, digest = test_set_hash(plan.test)
-    return {"plan": str(plan.path), "plan_sha256": sha256(plan.path.read_bytes()),
-            "recipes": {r: sha256(Path(r).read_bytes()) for r in plan.recipes()},
-            "test_set": what, "test_set_sha256": digest}
+    pinned = {"plan": str(plan.path), "plan_sha256": sha256(plan.path.read_bytes()),
+              "recipes": {r: sha256(Path(r).read_bytes()) for r in plan.recipes()},
+              "test_set": what, "test_set_sha256": digest}
+    if plan.gate:
+        pinned.update(zip(("gate_set", "gate_set_sha256"), test_set_hash(plan.gate)))
+    return pinned
 
 
 def write_lock(plan) -> Path:
@@ -76,6 +79,8 @@ def check_lock(plan) -> dict:
                 if now["recipes"].get(r) != lock.get("recipes", {}).get(r)]
     if now["test_set_sha256"] != lock.get("test_set_sha256"):
         changed.append(f"the test set ({now['test_set']})")
+    if now.get("gate_set_sha256") != lock.get("gate_set_sha256"):
+        changed.append(f"the gate's items ({now.get('gate_set')})")
     if changed:
         raise UserError(f"{', '.join(changed)} changed since the lock of {lock.get('locked_at')} ({path}). A changed plan is a new "
                         f"pre-registration: restore what was locked, or lock again and commit it (and say why in the results):\n"

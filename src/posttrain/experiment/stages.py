@@ -1,6 +1,7 @@
 """The posttrain commands a plan runs, in its folder, and how they survive a stop.
 
-    OUT/start/                 the start (`posttrain train` of start.recipe from the model)
+    OUT/start/                 the start (`posttrain train` of start.recipe from the model; start.use: best -> OUT/start/best)
+    OUT/gate/                  the gate: `posttrain eval --pass-k K` of the start on the gate's items; OUT/gate.json its verdict
     OUT/arms/NAME-sS/          each arm's seed, trained from the start
     OUT/arms/CONTROL[-sS]/     each training control (one seed: no suffix)
     OUT/compare/               `posttrain compare` of every model on the test set
@@ -32,6 +33,10 @@ SAMPLE_FIELDS = ("id", "gold", "completion", "strict", "loose", "format", "compl
 
 class StageFailed(Exception):
     """A stage's command exited non-zero (exit 1: the plan was fine, a run was not)."""
+
+
+class GateFailed(StageFailed):
+    """The start has less headroom than the plan's gate asks: no arm runs (exit 1: the plan said to stop here)."""
 
 
 @dataclass
@@ -72,14 +77,20 @@ def steps_to_match(plan, control, model: str) -> int:
 
 
 def commands(plan, out: Path, lanes: int) -> dict[str, list[Command]]:
-    """{"start": [...], "lanes": [...], "compare": [...]}: every command the plan runs, in order."""
+    """{"start": [...], "gate": [...], "lanes": [...], "compare": [...]}: every command the plan runs, in order."""
     threads = max(1, (os.cpu_count() or 1) // lanes)
     start = out / "start" if plan.start else None
     first = []
     if plan.start:
         first.append(Command("start", posttrain("train", "--recipe", plan.start.recipe, f"model.base_model_name={plan.model}",
                                                 f"training.output_dir={start}", *plan.start.overrides), start))
-    origin = str(start) if start else plan.model
+    origin = str(start / "best" if plan.start.use == "best" else start) if start else plan.model
+    gate = []
+    if plan.gate:
+        g = plan.gate
+        options = [f"--{k.replace('_', '-')}={g[k]}" for k in ("data", "n", "max_new_tokens", "prompt_column", "answer_column") if k in g]
+        gate.append(Command("gate", posttrain("eval", "--model", origin, "--task", g["task"], *options, f"--pass-k={g['k']}",
+                                              f"--pass-temperature={g['temperature']}", "--no-progress", "--out", str(out / "gate"))))
     lane = []
     for stage in [*plan.arms.values(), *plan.controls.values()]:
         extra = [f"training.max_steps={steps_to_match(plan, stage, plan.model)}"] if stage.matched_to else []
@@ -99,7 +110,7 @@ def commands(plan, out: Path, lanes: int) -> dict[str, list[Command]]:
                if test.get(k) is not None]
     compare = Command("compare", posttrain("compare", *arms, *([] if uses_base else ["--no-base"]), "--task", test["task"], *options,
                                            "--no-progress", "--out", str(out / "compare")))
-    return {"start": first, "lanes": lane, "compare": [compare]}
+    return {"start": first, "gate": gate, "lanes": lane, "compare": [compare]}
 
 
 def provenance() -> dict:
@@ -145,8 +156,41 @@ def run(command: Command, out: Path) -> Command:
     return command
 
 
-def run_all(groups: dict[str, list[Command]], out: Path, lanes: int) -> list[Command]:
+def check_start(plan, out: Path) -> None:
+    """start.use: best needs the start's best/ (held_out with keep_best); a missing one would train every arm from nothing."""
+    if plan.start and plan.start.use == "best" and not (out / "start" / "best" / "held_out.json").is_file():
+        raise StageFailed(f"start.use is best, and the start left no {out / 'start' / 'best'}: its recipe ({plan.start.recipe}) "
+                          "needs a held_out section with keep_best strict or loose (and patience, for a plateau)")
+
+
+def check_gate(plan, out: Path) -> dict | None:
+    """OUT/gate.json: the start's pass@k, greedy accuracy and headroom on the gate's items against the plan's least
+    headroom. GateFailed when it is short: the plan said to stop there, before any arm runs."""
+    if not plan.gate:
+        return None
+    g = plan.gate
+    measured = json.loads((out / "gate" / "summary.json").read_text())["pass_at_k"]
+    m = measured[g["metric"]]
+    verdict = {"metric": g["metric"], "k": g["k"], "temperature": g["temperature"], "items": measured["n"],
+               f"pass@{g['k']}": m[f"pass@{g['k']}"], "greedy": m["greedy"], "headroom": m["headroom"],
+               "min_headroom": g["min_headroom"], "passed": m["headroom"] is not None and m["headroom"] >= g["min_headroom"]}
+    (out / "gate.json").write_text(json.dumps(verdict, indent=1) + "\n")
+    k = g["k"]
+    said = (f"the start's {g['metric']} pass@{k} at temperature {g['temperature']:g} is {100 * m[f'pass@{k}']:.1f}% against "
+            f"greedy {100 * m['greedy']:.1f}% on {measured['n']} gate items: headroom {100 * m['headroom']:+.1f} points")
+    if not verdict["passed"]:
+        raise GateFailed(f"gate failed: {said}, below the plan's {100 * g['min_headroom']:.0f}. No arm ran. As pre-registered, RL "
+                         f"has too little to reach from this start: choose and pre-register a task or model where the gate holds "
+                         f"({out / 'gate' / 'summary.md'} has the table).")
+    print(f"[gate] passed: {said} (at least {100 * g['min_headroom']:.0f} asked)", flush=True)
+    return verdict
+
+
+def run_all(plan, groups: dict[str, list[Command]], out: Path, lanes: int) -> list[Command]:
     done = [run(c, out) for c in groups["start"]]
+    check_start(plan, out)
+    done += [run(c, out) for c in groups["gate"]]
+    check_gate(plan, out)
     with ThreadPoolExecutor(max_workers=lanes) as pool:
         done += [f.result() for f in [pool.submit(run, c, out) for c in groups["lanes"]]]
     return done + [run(c, out) for c in groups["compare"]]

@@ -163,7 +163,8 @@ def build(out: Path) -> dict:
     tests = {name: {"per_seed": per_seed(h, plan, runs, plan.alpha), "pooled": pooled(h, runs, plan.alpha)}
              for name, h in {**plan.hypotheses, **plan.descriptive}.items()}
     health = json.loads((out / "health.json").read_text()) if (out / "health.json").is_file() else {}
-    result = {"experiment": plan.name, "question": plan.question, "lock": lock, "meta": meta,
+    gate = json.loads((out / "gate.json").read_text()) if (out / "gate.json").is_file() else None
+    result = {"experiment": plan.name, "question": plan.question, "lock": lock, "meta": meta, **({"gate": gate} if gate else {}),
               "decision": {"rule": plan.rule, "alpha": plan.alpha, "correction": plan.correction},
               "models": {name: describe(r, plan.measures) for name, r in runs.items() if any(r)}, "tests": tests, "health": health,
               "verdict": decide(plan, tests, missing)}
@@ -203,6 +204,12 @@ def render(plan: Plan, result: dict) -> str:
                   f"{s['seconds'] / 60:.1f} |" if s.get("seconds") is not None else f"| {name} | {s.get('started', '-')} | "
                   f"{s.get('commit', '-')} | {s.get('machine', '-')} | - |" for name, s in meta["stages"].items()]
         lines.append("")
+    if result.get("gate"):
+        g = result["gate"]
+        reached = g[f"pass@{g['k']}"]
+        lines += [f"Gate (before any arm, on {g['items']} dev items): the start's {g['metric']} pass@{g['k']} at temperature "
+                  f"{g['temperature']:g} is {_pct(reached)}, greedy {_pct(g['greedy'])}: headroom {100 * g['headroom']:+.1f} points "
+                  f"against the {100 * g['min_headroom']:.0f} asked: {'passed' if g['passed'] else 'FAILED'}.", ""]
     test = plan.test
     lines += [f"Test: task {test['task']}, {next(iter(result['models'].values()))['n']} items, greedy, at most "
               f"{test.get('max_new_tokens', 'the task budget of')} new tokens. Decision: {rule}, alpha {plan.alpha}, "
