@@ -98,4 +98,10 @@ def test_tables_rebuild_from_the_kept_answers_alone(experiment, tmp_path):
     lock = json.loads((plan.with_name("rl-from-plateau.lock.json")).read_text())
     assert results["lock"]["plan_sha256"] == lock["plan_sha256"] and results["meta"]["fast"] is True
     assert set(results["verdict"]["hypotheses"]) == {"H1", "H2", "H3"} and results["gate"]["passed"] is True
+    answered = {json.loads(line)["id"] for line in (out / "samples" / "start.jsonl").read_text().splitlines()}
+    rows = [json.loads(line) for line in (REPO / "recipes" / "demo-real" / "data" / "test-1500.jsonl").read_text().splitlines()]
+    inside = sum(1 for r in rows if r["id"] in answered and r["fact_in_sft"])
+    for model in ("start", "grpo", "rft", "more-sft"):  # accuracy inside and outside the items whose fact SFT worked
+        split = results["subsets"]["fact-in-sft"][model]
+        assert (split["in"]["n"], split["out"]["n"]) == (inside, len(answered) - inside)
     assert "(fast toy version)" in stdout and "**Goal: " in stdout and f"sha256 {lock['plan_sha256'][:12]}" in stdout

@@ -146,3 +146,9 @@ def test_the_gate_stops_the_experiment_below_its_headroom(tmp_path, headroom):
     else:
         assert check_gate(plan, tmp_path)["passed"] is True
     assert json.loads((tmp_path / "gate.json").read_text())["passed"] is (headroom >= 0.10)
+
+
+def test_subsets_name_columns_of_a_jsonl_test_file(tmp_path):
+    path = _write(tmp_path, subsets={"seen": "fact_in_sft"}, test={"task": "arithmetic", "n": 50})
+    with pytest.raises(UserError, match="subsets: name true/false columns of the test file, which must then be a .jsonl file"):
+        load_plan(path)

@@ -134,3 +134,15 @@ def test_tables_rebuild_byte_for_byte(tmp_path, capsys):
 def test_tables_of_a_folder_that_is_no_experiment(tmp_path, capsys):
     assert main(["experiment", "tables", str(tmp_path)]) == 2
     assert "is not an experiment's folder: plan.yaml, lock.json, meta.json, samples/arms.json missing" in capsys.readouterr().err
+
+
+def test_accuracy_inside_and_outside_a_subset_is_the_mean_over_seeds():
+    from posttrain.experiment.tables import by_subset
+
+    def run(loose):  # items a, b, c, d
+        return {i: {"strict": False, "loose": v} for i, v in zip("abcd", loose)}
+
+    split = by_subset({"start": [run([True, False, True, False])], "grpo": [run([True, True, False, False]), run([True, True, True, False]), None]},
+                      inside={"a", "b"})
+    assert split["start"] == {"in": {"n": 2, "strict": 0.0, "loose": 0.5}, "out": {"n": 2, "strict": 0.0, "loose": 0.5}}
+    assert split["grpo"]["in"]["loose"] == 1.0 and split["grpo"]["out"]["loose"] == 0.25  # (0/2 + 1/2) / 2 seeds; a missing seed left out

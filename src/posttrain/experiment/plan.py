@@ -6,6 +6,7 @@
     start: {recipe: recipes/demo-real/sft.yaml}          # trains the start; without it the model is the start
                                                           # (use: best -> the start's held_out best/, e.g. at a plateau)
     gate: {data: dev.jsonl, k: 8, metric: loose, min_headroom: 0.10}   # before any arm: pass@8 - greedy on dev, or stop
+    subsets: {fact-in-sft: fact_in_sft}     # accuracy on the test items whose column is true, and on the rest
     arms:
       grpo: {recipe: recipes/demo-real/grpo.yaml, seeds: [0, 1, 2]}
     controls:
@@ -88,6 +89,7 @@ class Plan:
     lanes: int = 1
     fast: dict = field(default_factory=dict)
     gate: dict = field(default_factory=dict)  # the start's pre-registered headroom check (GATE_KEYS); {}: none
+    subsets: dict = field(default_factory=dict)  # name -> a true/false column of the test file: accuracy inside and outside (descriptive)
 
     def seeds(self, name: str) -> tuple[int, ...]:
         """The seeds of a model of the plan; one "seed" for the start, base and forced-format controls."""
@@ -112,7 +114,8 @@ class Plan:
         return Plan(self.path, self.name, self.question, fast.get("model", self.model), shrink(self.start),
                     {k: shrink(s) for k, s in self.arms.items()}, {k: shrink(s) for k, s in self.controls.items()},
                     self.forced_format, {**self.test, **(fast.get("test") or {})}, self.hypotheses, self.descriptive, self.measures, self.rule, self.alpha,
-                    self.correction, self.expected, self.lanes, {}, {**self.gate, **(fast.get("gate") or {})} if self.gate else {})
+                    self.correction, self.expected, self.lanes, {}, {**self.gate, **(fast.get("gate") or {})} if self.gate else {},
+                    self.subsets)
 
 
 def load_plan(path: str | Path, check_files: bool = True) -> Plan:
@@ -137,7 +140,7 @@ def load_plan(path: str | Path, check_files: bool = True) -> Plan:
 
 def _build(path: Path, raw: dict, problems: list[str], check_files: bool) -> Plan | None:
     known = {"experiment", "question", "model", "start", "arms", "controls", "test", "hypotheses", "descriptive", "measures", "decision", "expected",
-             "lanes", "fast", "gate"}
+             "lanes", "fast", "gate", "subsets"}
     problems += [f"unknown key {k!r} (known: {', '.join(sorted(known))})" for k in raw if k not in known]
     name = raw.get("experiment")
     if not isinstance(name, str) or not NAME.match(name):
@@ -176,6 +179,9 @@ def _build(path: Path, raw: dict, problems: list[str], check_files: bool) -> Pla
     if set(hypotheses) & set(descriptive):
         problems.append(f"descriptive: {sorted(set(hypotheses) & set(descriptive))} already name hypotheses")
     measures = _mapping(raw, "measures", problems)
+    subsets = {str(k): str(v) for k, v in _mapping(raw, "subsets", problems).items()}
+    if subsets and not str(test.get("data", "")).endswith(".jsonl"):
+        problems.append("subsets: name true/false columns of the test file, which must then be a .jsonl file (test.data)")
     for k, pattern in measures.items():
         try:
             re.compile(str(pattern))
@@ -220,7 +226,7 @@ def _build(path: Path, raw: dict, problems: list[str], check_files: bool) -> Pla
         return None
     return Plan(path, name, str(raw.get("question", "")), model, start, arms, controls, forced, test, hypotheses, descriptive,
                 {str(k): str(v) for k, v in measures.items()}, rule,
-                float(alpha), correction, dict(expected), lanes, fast, gate)
+                float(alpha), correction, dict(expected), lanes, fast, gate, subsets)
 
 
 def _comparisons(key: str, entries: dict, models: set[str], problems: list[str]) -> dict[str, Hypothesis]:

@@ -208,6 +208,10 @@ def keep_answers(plan, out: Path) -> None:
         rows = [json.loads(line) for line in (out / "compare" / "samples" / f"{row['arm']}.jsonl").read_text().splitlines() if line]
         (samples / f"{row['arm']}.jsonl").write_text("".join(json.dumps({k: r.get(k) for k in SAMPLE_FIELDS}) + "\n" for r in rows))
     (samples / "arms.json").write_text(json.dumps(arms, indent=1) + "\n")
+    if plan.subsets:  # the test items inside each subset, kept with the answers: the tables need no test file
+        rows = [json.loads(line) for line in Path(plan.test["data"]).read_text().splitlines() if line.strip()]
+        members = {name: sorted(str(r["id"]) for r in rows if r.get(column)) for name, column in plan.subsets.items()}
+        (samples / "subsets.json").write_text(json.dumps(members, indent=1) + "\n")
     health = {}
     for folder in sorted((out / "arms").iterdir()) if (out / "arms").is_dir() else []:
         if (folder / "run_summary.json").is_file():

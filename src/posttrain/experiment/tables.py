@@ -152,6 +152,23 @@ def describe(runs: list[dict[str, dict] | None], measures: dict[str, str]) -> di
                for k, p in measures.items()}}
 
 
+def by_subset(runs: dict[str, list], inside: set[str]) -> dict:
+    """Each model's accuracy (mean over its seeds) on the test items inside a subset and on the rest: descriptive."""
+    def share(run, ids, metric):
+        return fmean(bool(run[i][metric]) for i in ids) if ids else None
+
+    out = {}
+    for name, seeds in runs.items():
+        seeds = [r for r in seeds if r]
+        if not seeds:
+            continue
+        ids = sorted(seeds[0])
+        part = {"in": [i for i in ids if i in inside], "out": [i for i in ids if i not in inside]}
+        out[name] = {where: {"n": len(items), **{m: None if not items else fmean(share(run, items, m) for run in seeds) for m in UNITS}}
+                     for where, items in part.items()}
+    return out
+
+
 def build(out: Path) -> dict:
     """results.json and results.md from the kept files; returns what results.json holds."""
     plan = load_plan(out / "plan.yaml", check_files=False)
@@ -164,9 +181,11 @@ def build(out: Path) -> dict:
              for name, h in {**plan.hypotheses, **plan.descriptive}.items()}
     health = json.loads((out / "health.json").read_text()) if (out / "health.json").is_file() else {}
     gate = json.loads((out / "gate.json").read_text()) if (out / "gate.json").is_file() else None
+    subsets = json.loads((out / "samples" / "subsets.json").read_text()) if (out / "samples" / "subsets.json").is_file() else {}
     result = {"experiment": plan.name, "question": plan.question, "lock": lock, "meta": meta, **({"gate": gate} if gate else {}),
               "decision": {"rule": plan.rule, "alpha": plan.alpha, "correction": plan.correction},
               "models": {name: describe(r, plan.measures) for name, r in runs.items() if any(r)}, "tests": tests, "health": health,
+              **({"subsets": {name: by_subset(runs, set(ids)) for name, ids in subsets.items()}} if subsets else {}),
               "verdict": decide(plan, tests, missing)}
     (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "results.md").write_text(render(plan, result))
@@ -239,6 +258,14 @@ def render(plan: Plan, result: dict) -> str:
                   "| hypothesis | models (baseline / arm) | arm - baseline | CMH p | seed-level p | item-level p |", "|---|---|---|---|---|---|"]
         lines += [f"| {name}{' (descriptive)' if name in plan.descriptive else ''} | {p['baseline_models']} / {p['arm_models']} | {100 * p['delta']:+.1f} pts | {_p(p['cmh_p'])} | "
                   f"{_p(p['seed_p'])} | {_p(p['item_p'])} |" for name, p in pooled_rows]
+    for name, models in result.get("subsets", {}).items():
+        first = next(iter(models.values()))
+        lines += ["", f"## Accuracy inside and outside subset {name} (descriptive)", "",
+                  f"{first['in']['n']} test items are in {name} (the test file's `{plan.subsets.get(name, name)}` is true), "
+                  f"{first['out']['n']} are not; mean over seeds.", "",
+                  "| model | strict in | strict out | loose in | loose out |", "|---|---|---|---|---|"]
+        lines += [f"| {m} | {_pct(d['in']['strict'])} | {_pct(d['out']['strict'])} | {_pct(d['in']['loose'])} | {_pct(d['out']['loose'])} |"
+                  for m, d in models.items()]
     if result["health"]:
         lines += ["", "## Health flags raised during training", ""]
         for name, flags in result["health"].items():
