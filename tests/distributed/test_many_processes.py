@@ -120,13 +120,17 @@ def test_two_nodes_on_one_machine_equal_two_processes_on_one_node(tmp_path, sft_
 
 @pytest.mark.parametrize("backend", ["zero2", "zero3"])
 def test_deepspeed_zero_trains_like_ddp_on_cpu(backend, tmp_path, sft_data, two_processes):
-    """DeepSpeed ZeRO-2/3 run on CPU (DeepSpeed's CPU accelerator over gloo): same numbers as DDP.
+    """DeepSpeed ZeRO-2/3 run on CPU (DeepSpeed's CPU accelerator over gloo): same numbers as DDP, and no C++ build of
+    DeepSpeed's shared-memory all-reduce (only inference uses it): an empty extensions folder stays empty.
     (FSDP cannot run on CPU through the trainer; see test_backends.py.)"""
     pytest.importorskip("deepspeed")
     out = tmp_path / backend
+    extensions = tmp_path / "torch_extensions"  # where torch would build (or find) the op
     result = posttrain("train", "--recipe", RECIPE, "--nproc", "2", sft_data, f"training.output_dir={out}",
-                       "training.per_device_train_batch_size=8", f"training.distributed={backend}", *FAST)
+                       "training.per_device_train_batch_size=8", f"training.distributed={backend}", *FAST,
+                       env={"TORCH_EXTENSIONS_DIR": str(extensions)})
     assert result.returncode == 0, result.stderr[-3000:]
+    assert not extensions.exists() or not any(extensions.rglob("*shm*")), "DeepSpeed built its inference all-reduce"
     assert "distributed type DEEPSPEED" in result.stdout
     reference, _ = two_processes
     assert losses(out) == pytest.approx(losses(reference), rel=1e-4)

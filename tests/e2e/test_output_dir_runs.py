@@ -26,11 +26,13 @@ def train(out: Path, data: Path, *extra: str) -> list[str]:
             f"data.datasets[0].name={data}", "training.logging_steps=1", *extra]
 
 
-def run(cmd, repo) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300, env=os.environ.copy())
+def run(cli, cmd: list[str]) -> subprocess.CompletedProcess:
+    """The command (python -m posttrain ...) forked from the suite's pre-imported CLI (tests/cli_zygote.py): ~3 s a run, not ~9."""
+    assert cmd[1:3] == ["-m", "posttrain"]
+    return cli(*cmd[3:])
 
 
-def test_one_run_per_output_dir_and_resume_continues_the_same_recipe(repo, tmp_path, data_dir):
+def test_one_run_per_output_dir_and_resume_continues_the_same_recipe(repo, tmp_path, data_dir, cli):
     out = tmp_path / "run"
     data = data_dir / "sft.jsonl"
     first = subprocess.Popen(train(out, data, "training.max_steps=100000", "training.save_steps=100000"), cwd=repo,
@@ -46,7 +48,7 @@ def test_one_run_per_output_dir_and_resume_continues_the_same_recipe(repo, tmp_p
             time.sleep(0.1)
         before = {p.name for p in out.iterdir() if not p.name.startswith("checkpoint-")}
 
-        second = run(train(out, data, "training.max_steps=2"), repo)
+        second = run(cli, train(out, data, "training.max_steps=2"))
         assert second.returncode == 2, second.stderr[-2000:]
         assert f"pid {first.pid} on host {socket.gethostname()}" in second.stderr and "is in use by another run" in second.stderr
         assert f"stop it with `kill -INT {first.pid}`" in second.stderr  # the fix it suggests (Ctrl-C's path: tests/e2e/test_run_folder.py)
@@ -59,7 +61,7 @@ def test_one_run_per_output_dir_and_resume_continues_the_same_recipe(repo, tmp_p
         first.wait()
 
     base = ("training.save_steps=2", "training.per_device_train_batch_size=4")
-    third = run(train(out, data, "training.max_steps=2", "training.resume_from_checkpoint=false", *base), repo)
+    third = run(cli, train(out, data, "training.max_steps=2", "training.resume_from_checkpoint=false", *base))
     assert third.returncode == 0, third.stderr[-2000:]
     assert f"previous run in this folder (pid {first.pid}" in third.stdout and "taking over" in third.stdout
     assert lock.read_text() == ""  # released on a clean exit
@@ -72,7 +74,7 @@ def test_one_run_per_output_dir_and_resume_continues_the_same_recipe(repo, tmp_p
     with (out / "metrics.jsonl").open("a") as f:
         f.write('{"step": 3, "loss": 2.7')
 
-    longer = run(train(out, data, "training.max_steps=4", "training.resume_from_checkpoint=auto", *base), repo)
+    longer = run(cli, train(out, data, "training.max_steps=4", "training.resume_from_checkpoint=auto", *base))
     assert longer.returncode == 0, longer.stderr[-2000:]
     assert "resuming from" in longer.stdout and "training.max_steps: 2 -> 4" in longer.stdout
     assert "training.resume_from_checkpoint: False -> 'auto'" in longer.stdout  # printed, allowed
@@ -81,7 +83,7 @@ def test_one_run_per_output_dir_and_resume_continues_the_same_recipe(repo, tmp_p
     assert max(r["step"] for r in records) == 4
 
     recipe_before = (out / "resolved_recipe.yaml").read_text()
-    changed = run(train(out, data, "training.max_steps=6", "training.learning_rate=0.01", "data.datasets[0].max_samples=32", *base), repo)
+    changed = run(cli, train(out, data, "training.max_steps=6", "training.learning_rate=0.01", "data.datasets[0].max_samples=32", *base))
     assert changed.returncode == 2, changed.stderr[-2000:]
     assert "training.learning_rate: 0.003 -> 0.01" in changed.stderr and "data.datasets[0].max_samples" in changed.stderr
     assert "resume_from_checkpoint=force" in changed.stderr and "Traceback" not in changed.stderr
@@ -92,7 +94,7 @@ def test_one_run_per_output_dir_and_resume_continues_the_same_recipe(repo, tmp_p
     lines = changed.stderr.splitlines()
     suggested = shlex.split(next(lines[i + 1] for i, line in enumerate(lines) if "continue the old run with the new values" in line))
     assert suggested[0] == "posttrain" and "training.resume_from_checkpoint=force" in suggested
-    forced = run([sys.executable, "-m", *suggested], repo)
+    forced = run(cli, [sys.executable, "-m", *suggested])
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert "warning: resuming checkpoint-4 with a changed recipe" in forced.stdout and "training.learning_rate" in forced.stdout
     # ... and the forced learning rate is the one that trains (the checkpoint's optimizer state carried the old one):

@@ -335,7 +335,10 @@ def _trl_config(recipe, device, data_format: str):
         from posttrain.distributed.backends import BACKENDS, config_path
 
         if device.kind == "cpu" and BACKENDS[training.distributed][0] == "deepspeed":
+            from posttrain.distributed.backends import skip_deepspeed_inference_op
+
             os.environ.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed's CPU accelerator (gloo), before it is imported
+            skip_deepspeed_inference_op()  # no C++ build of an all-reduce that only inference uses
         log(f"training.distributed = {training.distributed}: {BACKENDS[training.distributed][1]} ({config_path(training.distributed)})")
     return make_trl_config(recipe, device, data_format)
 

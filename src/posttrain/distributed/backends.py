@@ -102,3 +102,21 @@ def backend_problems(training, has_cuda: bool) -> list[tuple[str, str]]:
         if not package_available("deepspeed"):
             problems.append(("training.deepspeed", "needs the deepspeed package, which is not installed: pip install deepspeed (on a CUDA machine)."))
     return problems
+
+
+def skip_deepspeed_inference_op() -> bool:
+    """DeepSpeed on a CPU compiles a C++ shared-memory all-reduce (25-130 s on 2 cores, once per machine and torch
+    build) when its communication backend starts. Only `inference_all_reduce` (tensor-parallel inference) calls it:
+    ZeRO training's collectives go through torch.distributed (gloo) whether it is built or not, so a training run
+    computes the same without it. Marking it incompatible in DeepSpeed's table of probed ops (a dict kept in the module
+    so that edits persist) skips the build. True when skipped; False where DeepSpeed no longer has the table (the
+    build then happens, as before)."""
+    import deepspeed.ops
+
+    from posttrain.internals import require
+
+    compatible = require(deepspeed.ops, "__compatible_ops__", missing_ok=True)
+    if not isinstance(compatible, dict):
+        return False
+    compatible["deepspeed_shm_comm"] = False
+    return True
