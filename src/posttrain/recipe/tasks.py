@@ -114,9 +114,9 @@ class EvaluationSection(Generation):
     cache_dir: str | None = Field(None, description="Generation cache (--cache-dir).")
     no_cache: StrictBool | None = Field(None, description="Generate everything afresh (--no-cache).")
     plot: str | None = Field(None, description="Also draw accuracy per arm to this .png (--plot).")
-    pass_k: StrictInt | None = Field(None, ge=2, description="eval: also sample K answers per item and report pass@K against "
+    pass_k: StrictInt | None = Field(None, ge=1, description="eval: also sample K answers per item and report pass@K against "
                                      "greedy accuracy, the headroom RL can reach (--pass-k).")
-    pass_temperature: float | None = Field(None, gt=0.0, description="eval: sampling temperature of pass_k's answers, default 1.0 (--pass-temperature).")
+    pass_temperature: float | None = Field(None, ge=0.0, description="eval: sampling temperature of pass_k's answers, default 1.0 (--pass-temperature).")
 
     @model_validator(mode="after")
     def _model_or_arms(self):
