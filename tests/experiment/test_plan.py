@@ -152,3 +152,12 @@ def test_subsets_name_columns_of_a_jsonl_test_file(tmp_path):
     path = _write(tmp_path, subsets={"seen": "fact_in_sft"}, test={"task": "arithmetic", "n": 50})
     with pytest.raises(UserError, match="subsets: name true/false columns of the test file, which must then be a .jsonl file"):
         load_plan(path)
+
+
+def test_the_toy_gate_is_checked_as_the_gate_is(tmp_path):
+    raw = yaml.safe_load(PLATEAU.read_text())
+    raw["fast"]["gate"] = {"k": 1}
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    with pytest.raises(UserError, match="fast.gate.k: 1 must be a whole number of at least 2"):
+        load_plan(path)

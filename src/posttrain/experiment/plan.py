@@ -219,6 +219,13 @@ def _build(path: Path, raw: dict, problems: list[str], check_files: bool) -> Pla
     fast = raw.get("fast") or {}
     if set(fast) - {"model", "seeds", "test", "overrides", "gate"}:
         problems.append(f"fast: unknown key(s) {sorted(set(fast) - {'model', 'seeds', 'test', 'overrides', 'gate'})}")
+    if fast.get("gate") is not None:  # the toy's gate is checked as the gate is
+        if not gate:
+            problems.append("fast.gate: the plan has no gate to change")
+        else:
+            toy: list[str] = []
+            _gate({**raw["gate"], **fast["gate"]}, test, toy, check_files)
+            problems += [f"fast.{p}" for p in toy]
     for stage in (fast.get("overrides") or {}):
         if stage not in {"start", *arms, *controls}:
             problems.append(f"fast.overrides.{stage}: not a training stage of the plan")
