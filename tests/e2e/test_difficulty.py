@@ -61,6 +61,9 @@ def test_the_band_is_kept_reported_cached_and_counted(cli, tmp_path, data_dir):
     assert "difficulty: read from cache, not scored again" in extended.stdout and "difficulty: scoring" not in extended.stdout
     assert scoring_calls(calls) == 0
     assert f"difficulty: kept {len(kept)} of 64 prompts" in extended.stdout
+    # the report keeps what the scoring cost, also in the run that read the scores
+    assert 0 < report["seconds"] == json.loads((out / "difficulty" / "report.json").read_text())["seconds"]
+    assert f"difficulty: scored in {report['seconds']:.1f} s" in first.stdout
 
     # a narrower band, started afresh in the same folder: the same scores (the band is not in the cache's key), and its
     # drops over data.max_drop_fraction's default stop the run before the trainer is built

@@ -60,6 +60,11 @@ def test_scores_are_logged_at_step_0_every_n_steps_and_the_last(runs):
     for r in evaluations:
         assert r["held_out/n"] == 40 and 0 <= r["held_out/strict"] <= r["held_out/loose"] <= 1 and r["time/held_out_s"] > 0
         assert 0 <= r["held_out/pass@2_strict"] <= r["held_out/pass@2_loose"] <= 1
+    # the training clock: 0 before the first step, then rising, and short of the run's wall time by the evaluations' own
+    clock = [r["time/train_s"] for r in evaluations]
+    assert clock[0] < 1 and clock[0] < clock[1] < clock[2]
+    summary = json.loads((runs / "sft" / "run_summary.json").read_text())
+    assert clock[2] + sum(r["time/held_out_s"] for r in evaluations[:2]) < summary["wall_seconds"]
     assert "held_out/loose_p" not in evaluations[0]  # step 0 is the baseline
     assert evaluations[-1]["held_out/loose"] > evaluations[0]["held_out/loose"]  # SFT taught the sums
     last = evaluations[-1]

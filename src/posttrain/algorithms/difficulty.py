@@ -17,7 +17,8 @@ training, with the starting policy:
    training.difficulty_filter's pass-rate band"), whose exit 2 names the key to raise.
 
 The report (printed, difficulty/report.json, run_summary.json's `difficulty`) counts kept and dropped prompts by
-pass-rate bucket, and sets pass@k (some sample passes) against greedy: pass@k - greedy is the headroom RL can reach
+pass-rate bucket, gives the scoring's seconds (kept with the cache, so a run that read the scores still reports what they
+cost; time-to-accuracy adds them to the run's), and sets pass@k (some sample passes) against greedy: pass@k - greedy is the headroom RL can reach
 (Yue et al. 2025: RLVR raises pass@1 inside the policy's pass@k). When sampling solves no prompt that greedy misses,
 the run stops with exit 2: RL would have nothing to reinforce.
 
@@ -62,8 +63,9 @@ def bucket(rate: float) -> str:
 class Difficulty:
     """The scores of one run's prompts (row -> passes, greedy pass), where they came from, and what the band kept."""
 
-    def __init__(self, key: dict, scores: list[dict], cached: bool):
+    def __init__(self, key: dict, scores: list[dict], cached: bool, seconds: float | None):
         self.key, self.scores, self.cached = key, scores, cached
+        self.seconds = seconds  # what scoring them took (read from key.json when cached; None from a cache written before it was kept)
         self.report: dict = {}
 
     def write(self, output_dir: Path, report: bool = True) -> None:
@@ -74,7 +76,7 @@ class Difficulty:
         (folder / "pass_rates.jsonl").write_text("".join(json.dumps(s) + "\n" for s in self.scores))
         if report:
             (folder / "report.json").write_text(json.dumps(self.report, indent=2) + "\n")
-        (folder / "key.json").write_text(json.dumps(self.key, indent=2) + "\n")  # last: a cut-off write is never read as whole
+        (folder / "key.json").write_text(json.dumps({**self.key, "seconds": self.seconds}, indent=2) + "\n")  # last: a cut-off write is never read as whole
 
 
 def difficulty_filter(recipe, loaded, train_dataset, output_dir: Path, drops, log):
@@ -85,7 +87,7 @@ def difficulty_filter(recipe, loaded, train_dataset, output_dir: Path, drops, lo
         return train_dataset, None
     rank, world = _rank_world()
     key = cache_key(recipe, loaded, train_dataset)
-    found = _read_cache(Path(output_dir), key, len(train_dataset), log) if rank == 0 else None
+    found = _read_cache(Path(output_dir), key, len(train_dataset), log) if rank == 0 else None  # (scores, seconds)
     if world > 1:
         import torch.distributed as dist
 
@@ -93,12 +95,16 @@ def difficulty_filter(recipe, loaded, train_dataset, output_dir: Path, drops, lo
         dist.broadcast_object_list(box, src=0)  # every process reads what the main one found, so all score or none does
         found = box[0]
     if found is not None:
-        log(f"difficulty: read from cache, not scored again ({Path(output_dir) / FOLDER}, {len(found)} prompts)")
-        result = Difficulty(key, found, cached=True)
+        log(f"difficulty: read from cache, not scored again ({Path(output_dir) / FOLDER}, {len(found[0])} prompts)")
+        scores, seconds = found
+        result = Difficulty(key, scores, cached=True, seconds=seconds)
     else:
-        result = Difficulty(key, score(recipe, loaded, train_dataset, rank, world, log), cached=False)
+        started = time.perf_counter()
+        scores = score(recipe, loaded, train_dataset, rank, world, log)
+        result = Difficulty(key, scores, cached=False, seconds=round(time.perf_counter() - started, 1))
+        log(f"difficulty: scored in {result.seconds:.1f} s")
     kept = _band(result, spec)
-    result.report = report(result.scores, kept, spec)
+    result.report = {**report(result.scores, kept, spec), "seconds": result.seconds}
     if rank == 0 and not result.cached:
         result.write(output_dir, report=False)  # before any stop below: a rerun with another band or drop limit reads them
     for line in render(result.report, spec):
@@ -130,7 +136,6 @@ def score(recipe, loaded, dataset, rank: int, world: int, log) -> list[dict]:
     from .grpo import reward_functions
 
     training, spec = recipe.training, recipe.training.difficulty_filter
-    started = time.perf_counter()
     functions, _ = reward_functions(training)  # reward models are refused with the filter (recipe/rl_section.py)
     weights = [r.weight for r in training.rewards]
     mine = list(range(rank, len(dataset), world))
@@ -150,7 +155,6 @@ def score(recipe, loaded, dataset, rank: int, world: int, log) -> list[dict]:
         dist.all_gather_object(parts, local)
         local = [s for part in parts for s in part]
     local.sort(key=lambda s: s["row"])
-    log(f"difficulty: scored in {time.perf_counter() - started:.1f} s")
     return local
 
 
@@ -257,7 +261,7 @@ def _reward_sources(training) -> str:
     return ",".join(out)
 
 
-def _read_cache(output_dir: Path, key: dict, rows: int, log) -> list[dict] | None:
+def _read_cache(output_dir: Path, key: dict, rows: int, log) -> tuple[list[dict], float | None] | None:
     folder = output_dir / FOLDER
     try:
         old = json.loads((folder / "key.json").read_text())
@@ -277,7 +281,7 @@ def _read_cache(output_dir: Path, key: dict, rows: int, log) -> list[dict] | Non
     if sorted(s.get("row", -1) if isinstance(s, dict) else -1 for s in scores) != list(range(rows)):
         log(f"difficulty: {folder / 'pass_rates.jsonl'} does not hold a score for each of the {rows} prompts; scoring again")
         return None
-    return sorted(scores, key=lambda s: s["row"])
+    return sorted(scores, key=lambda s: s["row"]), old.get("seconds")
 
 
 # -- the band and the report ---------------------------------------------------------------------------------------

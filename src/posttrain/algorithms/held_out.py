@@ -16,6 +16,9 @@ Each evaluation is one record in metrics.jsonl and the trackers:
     held_out/looks                           the evaluations the schedule plans after step 0 (the flag spends its alpha over them)
     held_out/pass@K_strict, _loose           with held_out.pass_k: any of K sampled answers right
     time/held_out_s                          the evaluation's seconds (not part of any step's time)
+    time/train_s                             wall seconds this process has trained when the evaluation starts: since
+                                             training began (since the resume, for a resumed run), held-out evaluations
+                                             left out (time-to-accuracy curves)
 
 and its answers go to output_dir/held_out/step-N.jsonl (the records `posttrain eval` writes). The
 health check `held_out_regression` (posttrain.monitoring.held_out_fall) fires on the first evaluation
@@ -67,12 +70,15 @@ class HeldOutScores(TrainerCallback):
         self.last_step: int | None = None
         self.since_best = 0  # evaluations in a row that did not beat the best (held_out.patience)
         self.stopped: dict | None = None  # {"step", "best_step", "evaluations"} when the plateau rule stopped the run
+        self.began: float | None = None  # perf_counter() at train begin
+        self.evaluating_s = 0.0  # seconds spent in held-out evaluations since then
 
     def attach(self, trainer) -> None:
         self.trainer = trainer
 
     # -- when -------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
+        self.began, self.evaluating_s = time.perf_counter(), 0.0
         if state.global_step == 0:
             self._evaluate(state, control)
         else:
@@ -110,6 +116,8 @@ class HeldOutScores(TrainerCallback):
         seconds = time.perf_counter() - started
         step = state.global_step
         record = self._record(records, sampled, step, seconds)
+        record["time/train_s"] = round(started - (self.began or started) - self.evaluating_s, 3)
+        self.evaluating_s += seconds
         record[LOOKS_KEY] = planned_looks(state.max_steps, self.spec.every)
         if self._is_main():
             folder = self.output_dir / FOLDER
