@@ -138,6 +138,9 @@ def test_summary_report_card_and_best_model(runs, cli):
     assert "## Held-out accuracy" in card and "| 60 |" in card
     report = _ok(cli("report", str(runs / "sft"), "--out", str(runs / "report.md"))).stdout
     assert "## held-out accuracy: sft (40 items, greedy)" in report and "| 30 |" in report
+    # time to accuracy: each evaluation at its place on the training clock, read from the record, not estimated
+    step_30 = next(r for r in _held_out(runs / "sft") if r["step"] == 30)
+    assert f"| 30 | {step_30['time/train_s'] / 60:.1f} | " in report and "are estimated" not in report
     assert "held-out scoring (s, all)" in report
 
 

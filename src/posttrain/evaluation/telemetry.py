@@ -141,24 +141,34 @@ def render_health_and_speed(runs: list[RunMetrics]) -> str:
 
 
 def render_held_out(runs: list[RunMetrics]) -> list[str]:
-    """Every held-out evaluation of the runs that scored one: accuracy, pass@k, the paired change since step 0, its cost."""
+    """Every held-out evaluation of the runs that scored one: accuracy, pass@k, the paired change since step 0, the
+    training clock when it ran (evaluation/train_clock.py) and its own cost."""
+    from .train_clock import held_out_ticks
+
     lines = []
     for run in runs:
         evaluations = [r for r in run.records if isinstance(r.get("held_out/strict"), (int, float))]
         if not evaluations:
             continue
+        ticks = held_out_ticks(run.records, run.summary)
+        clock = [f"{'~' if t.estimated else ''}{t.seconds / 60:.1f}" for t in ticks] if len(ticks) == len(evaluations) else ["-"] * len(evaluations)
         passes = sorted({k for r in evaluations for k in r if k.startswith("held_out/pass@")})
-        header = ["step", "strict", "loose", *(k.removeprefix("held_out/") for k in passes), "strict vs step 0", "loose vs step 0", "seconds"]
+        header = ["step", "training min", "strict", "loose", *(k.removeprefix("held_out/") for k in passes), "strict vs step 0",
+                  "loose vs step 0", "seconds"]
         lines += [f"## held-out accuracy: {run.name} ({evaluations[0].get('held_out/n')} items, greedy)", "",
                   "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for r in evaluations:
+        for r, minutes in zip(evaluations, clock):
             changes = [f"{r[f'held_out/{m}_fixed']} fixed / {r[f'held_out/{m}_broken']} broken, p = {float(r[f'held_out/{m}_p']):.2g}"
                        if f"held_out/{m}_p" in r else "-" for m in ("strict", "loose")]
-            cells = [str(r["step"]), *(_cell(r.get(k), percent=True) for k in ("held_out/strict", "held_out/loose", *passes)), *changes,
+            cells = [str(r["step"]), minutes, *(_cell(r.get(k), percent=True) for k in ("held_out/strict", "held_out/loose", *passes)), *changes,
                      _cell(r.get("time/held_out_s"))]
             lines.append("| " + " | ".join(cells) + " |")
         best = ((run.summary or {}).get("held_out") or {}).get("best")
-        lines += ["", f"Best: step {best['step']} by {best['metric']} accuracy, saved in {best['path']}." if best else "", ""]
+        lines += ["", f"Best: step {best['step']} by {best['metric']} accuracy, saved in {best['path']}." if best else ""]
+        if any(t.estimated for t in ticks):
+            lines.append("Training minutes marked ~ are estimated: the run predates time/train_s, so its wall time, held-out "
+                         "scoring left out, is spread evenly over its steps.")
+        lines.append("")
     return lines
 
 
@@ -268,20 +278,28 @@ def figure(runs: list[RunMetrics]):
         from matplotlib.lines import Line2D
     except ImportError:
         raise UserError("--plot needs matplotlib: pip install matplotlib (or pip install 'posttrain[plot]')") from None
+    from .train_clock import held_out_ticks
+
     keys = [(k, label) for k, label in HELD_OUT_METRICS + metric_keys(runs) if any(k in r for run in runs for r in run.records)]
+    clocks = {run.name: {t.step: t.seconds / 60 for t in held_out_ticks(run.records, run.summary)} for run in runs}
+    # time to accuracy: held-out accuracy against the training clock too, so runs whose steps cost differently compare
+    held = [(k, label, "step") for k, label in keys if k in dict(HELD_OUT_METRICS)]
+    timed = [(k, f"{label} by training time", "time") for k, label, _ in held] if any(clocks.values()) else []
+    keys = held + timed + [(k, label, "step") for k, label in keys if k not in dict(HELD_OUT_METRICS)]
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colours = {run.name: cycle[i % len(cycle)] for i, run in enumerate(runs)}
     cols = 3
     rows = max(1, math.ceil(len(keys) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows + 0.4), squeeze=False)
-    for ax, (key, label) in zip(axes.flat, keys):
+    for ax, (key, label, x) in zip(axes.flat, keys):
         for run in runs:
             scale = 100 if key in PERCENT_KEYS else 1
-            points = [(r["step"], scale * r[key]) for r in run.records if isinstance(r.get(key), (int, float))]
+            where = (lambda r: r["step"]) if x == "step" else (lambda r: clocks[run.name].get(r["step"]))
+            points = [(where(r), scale * r[key]) for r in run.records if isinstance(r.get(key), (int, float)) and where(r) is not None]
             if points:  # held-out accuracy: a few evaluations, each drawn as a point
                 ax.plot(*zip(*points), label=run.name, color=colours[run.name], marker="o" if key.startswith("held_out/") else None)
         ax.set_title(label)
-        ax.set_xlabel("step")
+        ax.set_xlabel("step" if x == "step" else "training minutes (held-out scoring left out)")
         if key.startswith("held_out/"):
             ax.set_ylim(0, 100)  # accuracy on its whole scale: a few points of noise should look like a few points
     for ax in list(axes.flat)[len(keys):]:
