@@ -38,6 +38,7 @@ def test_over_the_limit_names_every_dataset_each_reason_and_count():
             "rewards can compare, 1 empty 'question')") in text
     assert "data.datasets[1] (train.jsonl) lost 12.0% of its rows: 6 of 50 remaining rows without a label token" in text
     assert "data.datasets[2]" not in text and "raise data.max_drop_fraction" in text
+    assert "(data.max_drop_fraction=0.12 lets this data through)" in text  # the largest loss, 12.0%: exactly enough
 
 
 def test_exactly_at_the_limit_passes_and_one_turns_it_off():

@@ -4,6 +4,7 @@ calls no reward to score them again; a narrower band reads the same scores and i
 data.max_drop_fraction; a prompt set without headroom stops at start-up."""
 
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -74,6 +75,8 @@ def test_the_band_is_kept_reported_cached_and_counted(cli, tmp_path, data_dir):
     half = sum(r == 0.5 for r in rates)
     assert "data.max_drop_fraction=0.1: 1 dataset(s) lost more of their rows than that" in narrow.stderr
     assert (f"{64 - half} of 64 remaining rows outside training.difficulty_filter's pass-rate band [0.5, 0.5]") in narrow.stderr
+    needed = math.ceil(100 * (64 - half) / 64) / 100  # the value that lets this band through, named in the message
+    assert f"(data.max_drop_fraction={needed:g} lets this data through)" in narrow.stderr
 
 
 def test_a_prompt_set_without_headroom_stops_at_start_up(cli, tmp_path, data_dir):

@@ -94,7 +94,10 @@ class DropLedger:
     def check(self) -> None:
         lines = self.over_limit()
         if lines:
+            import math
+
+            needed = math.ceil(100 * max(self.lost_share(key) for key in self.stages) - 1e-9) / 100  # the largest loss, up to 0.01
             raise UserError(f"data.max_drop_fraction={self.limit:g}: {len(lines)} dataset(s) lost more of their rows than that, so "
                             "the run would train on what is left of them:\n" + "\n".join(f"  - {line}" for line in lines) +
                             "\nFix the rows (the start-up log above lists them by reason and row), or raise "
-                            "data.max_drop_fraction to train on the rest.")
+                            f"data.max_drop_fraction to train on the rest (data.max_drop_fraction={needed:g} lets this data through).")
