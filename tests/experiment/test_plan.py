@@ -161,3 +161,23 @@ def test_the_toy_gate_is_checked_as_the_gate_is(tmp_path):
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     with pytest.raises(UserError, match="fast.gate.k: 1 must be a whole number of at least 2"):
         load_plan(path)
+
+
+def test_an_amended_plan_continues_its_folder_but_another_experiment_or_test_set_does_not(tmp_path):
+    """A plan locked again after an amendment runs on in its folder (stage markers keep the unchanged stages); another
+    experiment's folder, or one whose answers came from another test set, is refused."""
+    from posttrain.commands.experiment import check_folder
+
+    out = tmp_path / "out"
+    out.mkdir()
+    plan = load_plan(PLAN)
+    lock = {"test_set_sha256": "abc"}
+    assert check_folder(out, plan, lock) is None  # a new folder
+    (out / "lock.json").write_text(json.dumps(lock))
+    (out / "plan.yaml").write_text(PLAN.read_text() + "\n# amended: one arm's overrides changed, locked again\n")
+    assert "was amended since" in check_folder(out, plan, lock) and "the others run again" in check_folder(out, plan, lock)
+    with pytest.raises(UserError, match="the test set changed since this folder's run"):
+        check_folder(out, plan, {"test_set_sha256": "def"})
+    (out / "plan.yaml").write_text(PLAN.read_text().replace("experiment: grpo-real", "experiment: other"))
+    with pytest.raises(UserError, match=r"holds another experiment \('other', not 'grpo-real'\)"):
+        check_folder(out, plan, lock)

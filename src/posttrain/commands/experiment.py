@@ -105,8 +105,9 @@ def _run(args) -> int:
         raise UserError("--lanes must be at least 1")
     out = args.out or Path("runs/experiments") / (plan.name + ("-fast" if args.fast else ""))
     kept = out / "plan.yaml"
-    if kept.is_file() and kept.read_bytes() != plan.path.read_bytes():
-        raise UserError(f"{out} holds another plan's experiment (its plan.yaml differs from {args.plan}); give another --out")
+    amended = check_folder(out, plan, lock)
+    if amended:
+        print(amended, flush=True)
     run_plan = plan.with_fast() if args.fast else plan
     commands = stages.commands(run_plan, out, lanes)  # every recipe resolves before anything is written
     out.mkdir(parents=True, exist_ok=True)
@@ -119,6 +120,34 @@ def _run(args) -> int:
     tables.build(out)
     print((out / "results.md").read_text())
     return 0
+
+
+def check_folder(out: Path, plan, lock: dict) -> str | None:
+    """May `run` continue in `out`? Another experiment's folder, or one whose test set has changed, is refused (exit 2).
+    A plan amended and locked again since the folder's run continues there: every stage's marker holds its command, so
+    the stages whose commands the amendment left alone are kept and the others run again. Returns the note that says so."""
+    import yaml
+
+    from posttrain.errors import UserError
+
+    kept = out / "plan.yaml"
+    if not kept.is_file() or kept.read_bytes() == plan.path.read_bytes():
+        return None
+    try:
+        name = (yaml.safe_load(kept.read_text()) or {}).get("experiment")
+    except (yaml.YAMLError, AttributeError):
+        name = None
+    if name != plan.name:
+        raise UserError(f"{out} holds another experiment ({name!r}, not {plan.name!r}): give another --out")
+    try:
+        before = json.loads((out / "lock.json").read_text())
+    except (OSError, ValueError):
+        before = {}
+    if before.get("test_set_sha256") != lock.get("test_set_sha256"):
+        raise UserError(f"{out}: the test set changed since this folder's run ({lock.get('test_set')}); its answers would mix "
+                        "two test sets: give another --out")
+    return (f"note: {plan.path} was amended since {out}'s run (it was locked again): stages whose commands are unchanged "
+            "are kept, the others run again")
 
 
 def _tables(args) -> int:
