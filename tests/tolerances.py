@@ -20,11 +20,22 @@ def assert_within_bf16_rounding(ours, plain, plain_float32, msg: str = "") -> No
     The bound comes from the plain path alone, so a wrong `ours` (a row attending across its boundary: off by the
     numbers' own size) fails it. Use it on tensors of many elements: the bound is a maximum over them, and the
     rounding error of a single scalar (a mean loss) can cancel to near zero by chance."""
-    error = float((plain.float() - plain_float32.float()).abs().max())
-    worst = float((ours.float() - plain.float()).abs().max())
-    assert error > 0, f"{msg}: the bf16 and float32 passes agree exactly: the bf16 pass did not compute in bf16"
-    assert worst <= 2 * error, (f"{msg}: {worst:.3g} apart, more than twice the plain path's bf16 rounding error "
-                                f"({error:.3g}, against its float32 pass)")
+    _within_twice_the_rounding(ours, plain, plain_float32, "bf16", "float32", msg)
+
+
+def assert_within_float32_rounding(ours, plain, plain_float64, msg: str = "") -> None:
+    """The same bound one precision up: `ours` and `plain` in float32 against the plain path in float64. For paths
+    whose rounding differs by more than a sum's (`float32_sum_atol`): a reordered attention in a network, whose
+    layers carry each rounding on and may amplify it."""
+    _within_twice_the_rounding(ours, plain, plain_float64, "float32", "float64", msg)
+
+
+def _within_twice_the_rounding(ours, plain, finer, precision: str, reference: str, msg: str) -> None:
+    error = float((plain.double() - finer.double()).abs().max())
+    worst = float((ours.double() - plain.double()).abs().max())
+    assert error > 0, f"{msg}: the {precision} and {reference} passes agree exactly: the {precision} pass did not compute in {precision}"
+    assert worst <= 2 * error, (f"{msg}: {worst:.3g} apart, more than twice the plain path's {precision} rounding error "
+                                f"({error:.3g}, against its {reference} pass)")
 
 
 def float32_sum_atol(reference, terms: int) -> float:

@@ -189,6 +189,11 @@ INTERNALS = [
     Internal("transformers.configuration_utils", "PreTrainedConfig", "_attn_implementation",
              "posttrain's CPU attention and flattened scoring (models/cpu_attention.py, models/flat_batches.py)",
              ("cpu_attention",)),
+    Internal("transformers.masking_utils", "", "find_packed_sequence_indices",
+             "padding-free SFT on a CPU without posttrain's CPU attention (AVX2, AMX): sdpa and eager attention keep a "
+             "flattened batch's rows apart only where transformers reads the rows from the position ids "
+             "(algorithms/trl_config.py batching_defaults); without it every row would attend to the rows before it",
+             ("sft", "rft"), "find_packed_sequence_indices(position_ids)", "transformers.masking_utils:_preprocess_mask_arguments"),
     Internal("trl.trainer.utils", "", "_ChunkedLogProbFunction",
              "the CPU LM head: whole-vocabulary blocks of tokens in place of TRL's tiles (models/cpu_lm_head.py use_on_cpu)",
              ("cpu_lm_head",), "_ChunkedLogProbFunction.apply(", "trl.trainer.utils:add_fused_lm_head"),

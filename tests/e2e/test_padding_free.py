@@ -138,24 +138,19 @@ def test_padded_and_padding_free_runs_learn_the_same(runs):
 
 
 def test_cpu_default_is_padding_free_and_grouping_is_opt_in(runs):
-    """On CPU posttrain flattens TRL's random batches (its CPU attention keeps the rows apart) and says
-    so at start-up: the very run `training.padding_free=true` makes. Length grouping (it changed what
-    `make demo` learned) is used when the recipe sets it and, on this data, learns within 3% of padded.
+    """On CPU posttrain flattens TRL's random batches (posttrain's CPU attention, or the model's own with
+    transformers' packed-sequence mask, keeps the rows apart: on every CPU kind) and says so at start-up:
+    the very run `training.padding_free=true` makes. Length grouping (it changed what `make demo` learned)
+    is used when the recipe sets it and, on this data, learns within 3% of padded.
 
     (Tolerance: grouping changes which rows share a step, so the runs take different paths; 3% of
     the loss is about a tenth of the >0.3-nat drop both runs must show.)
     """
-    from posttrain.models.cpu_paths import path_on
-
     padded, default, free, grouped = runs["padded"], runs["default"], runs["padding_free"], runs["grouped"]
     assert "training.train_sampling_strategy = " not in default[3]
-    if path_on("cpu_attention", "sft"):  # avx512_bf16 and AMX
-        assert default[2]["train_sampling_strategy"] == "random" and default[2]["padding_free"] is True
-        assert "training.padding_free = True  (posttrain at start-up: cpu: batches flattened into one row" in default[3]
-        assert default[0] == free[0] and default[1] == free[1] == padded[1]  # the very same run as padding_free=true
-    else:  # AVX2: the CPU attention that keeps flattened rows apart is off for SFT, so batches are TRL's padded ones
-        assert default[2]["padding_free"] is False and "cpu speed paths (avx2): CPU attention" in default[3]
-        assert default[0] == padded[0] and default[1] == padded[1]
+    assert default[2]["train_sampling_strategy"] == "random" and default[2]["padding_free"] is True
+    assert "training.padding_free = True  (posttrain at start-up: cpu: batches flattened into one row" in default[3]
+    assert default[0] == free[0] and default[1] == free[1] == padded[1]  # the very same run as padding_free=true
     assert grouped[2]["train_sampling_strategy"] == "group_by_length"
     (start_p, end_p), (start_g, end_g) = padded[0], grouped[0]
     assert grouped[1] == padded[1] and end_g < start_g - 0.3, grouped[0]

@@ -75,20 +75,14 @@ def test_sft_note_names_micro_batches_that_train_the_same_rows(cli, tmp_path, va
         assert decided[0].startswith("micro-batching: batches of 8 rows kept (a pass's fixed cost counted as 100 tokens' work"), decided
     assert tokens2 == tokens and losses2 == pytest.approx(losses, rel=1e-5)
 
-    # SFT's CPU default: each batch of 8 flattened into one row (no padding, no note, no split), the same run again;
-    # on AVX2, where the CPU attention that keeps the rows apart is off for SFT, the padded run the rule decides
-    from posttrain.models.cpu_paths import path_on
-
+    # SFT's CPU default, on every CPU kind: each batch of 8 flattened into one row (no padding, no note, no split), the
+    # same run again
     stdout3, losses3, tokens3 = run(cli, tmp_path / "flat", "recipes/sft/tiny-cpu.yaml", f"data.datasets[0].name={varied}",
                                     "training.per_device_train_batch_size=8")
     config = json.loads((tmp_path / "flat" / "trl_config.json").read_text())
-    if path_on("cpu_attention", "sft"):
-        assert config["padding_free"] and config["per_device_train_batch_size"] == 8 and config["gradient_accumulation_steps"] == 1
-        assert "training.padding_free = True  (posttrain at start-up: cpu: batches flattened" in stdout3
-        assert not any(line.startswith("padding: ") or "micro-batch" in line for line in stdout3.splitlines())
-    else:
-        assert not config["padding_free"] and "cpu speed paths (avx2)" in stdout3
-        assert (config["per_device_train_batch_size"], config["gradient_accumulation_steps"]) == (micro, accumulation)
+    assert config["padding_free"] and config["per_device_train_batch_size"] == 8 and config["gradient_accumulation_steps"] == 1
+    assert "training.padding_free = True  (posttrain at start-up: cpu: batches flattened" in stdout3
+    assert not any(line.startswith("padding: ") or "micro-batch" in line for line in stdout3.splitlines())
     assert tokens3 == tokens and losses3 == pytest.approx(losses, rel=1e-5)
 
 

@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 from families import FAMILIES, WINDOW, family_model
-from tolerances import assert_within_bf16_rounding
+from tolerances import assert_within_bf16_rounding, assert_within_float32_rounding
 from trl.trainer.utils import add_fused_lm_head
 
 from posttrain.generation.decoding import decode
@@ -58,15 +58,30 @@ def loss_and_grads(model, batch):
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
+def rows_alone_in_float64(plain, parts):
+    """The loss of a batch and its gradients, computed in float64 with each row alone (no padding, no mask): what
+    both the padded and the flattened batch compute, without either one's masking or rounding."""
+    model = copy.deepcopy(plain).double()
+    model.zero_grad()
+    predicted = sum(len(r) - 1 for r in parts)  # each row predicts its tokens after the first
+    loss = sum(model(input_ids=r[None], labels=r[None], use_cache=False).loss * (len(r) - 1) for r in parts) / predicted
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("attention", ["posttrain's", "transformers'"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_padding_free_sft_learns_what_padded_batches_learn(family):
-    """SFT's CPU default: each batch flattened into one row (TRL's padding-free collator). Its loss and
-    every gradient equal the padded batch's through the plain model."""
+def test_padding_free_sft_learns_what_padded_batches_learn(family, attention):
+    """SFT's CPU default: each batch flattened into one row (TRL's padding-free collator), through posttrain's CPU
+    attention where a kind runs it, else through the model's own (transformers' packed-sequence mask from the position
+    ids: sdpa, Gemma 2's eager). Its loss and every gradient equal the padded batch's through the plain model, within
+    twice the plain path's own float32 rounding (measured against it in float64)."""
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
     plain = family_model(family)
-    ours, switched = as_posttrain_runs_it(plain)
-    assert switched == (family != "gemma2"), "only sdpa models switch; Gemma 2 keeps eager (soft-capping)"
+    ours, switched = as_posttrain_runs_it(plain) if attention == "posttrain's" else (copy.deepcopy(plain), False)
+    if attention == "posttrain's":
+        assert switched == (family != "gemma2"), "only sdpa models switch; Gemma 2 keeps eager (soft-capping)"
     parts = rows()
     flat = DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)([{"input_ids": r.tolist()} for r in parts])
     longest = max(LENGTHS)
@@ -76,10 +91,11 @@ def test_padding_free_sft_learns_what_padded_batches_learn(family):
 
     flat_loss, flat_grads = loss_and_grads(ours, flat)
     padded_loss, padded_grads = loss_and_grads(plain, padded)
-    torch.testing.assert_close(flat_loss, padded_loss, rtol=1e-5, atol=0)
+    exact_loss, exact_grads = rows_alone_in_float64(plain, parts)
+    assert abs(float(flat_loss) - float(padded_loss)) <= 2 * max(abs(float(padded_loss) - float(exact_loss)), 2.0 ** -24 * float(exact_loss))
     assert flat_grads.keys() == padded_grads.keys()
     for name, grad in padded_grads.items():
-        torch.testing.assert_close(flat_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+        assert_within_float32_rounding(flat_grads[name], grad, exact_grads[name], msg=name)
 
 
 @pytest.mark.parametrize("side", ["right", "left"])

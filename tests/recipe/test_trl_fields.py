@@ -274,13 +274,17 @@ def batching(algorithm="sft", device=CPU, model=None, **training):
 
 def test_sft_batching_default_per_device(monkeypatch):
     """Padding-free (TRL's batches flattened, no padding) where attention keeps the rows apart: CUDA +
-    flash attention, and a CPU with posttrain's CPU attention (the recipe naming none; on the CPU kinds
-    where that attention earned its place); elsewhere TRL's padded random batches (length grouping
+    flash attention, and a CPU when the recipe names no attention (posttrain's CPU attention where it runs,
+    transformers' packed-sequence mask elsewhere); otherwise TRL's padded random batches (length grouping
     changed what the demo learned, so it is opt-in)."""
+    from posttrain.algorithms.trl_config import batching_defaults
     from posttrain.models import cpu_paths
 
-    monkeypatch.setattr(cpu_paths, "cpu_kind", lambda cpuinfo=None: "avx2")
-    assert batching() == {}  # AVX2: the CPU attention cost SFT 0.75x, so SFT pads as TRL does
+    for kind, keeps in (("avx2", "the model's attention"), ("amx", "the model's attention"), ("avx512_bf16", "posttrain's CPU attention")):
+        monkeypatch.setattr(cpu_paths, "cpu_kind", lambda cpuinfo=None, kind=kind: kind)
+        assert batching() == {"padding_free": True}, kind  # on every kind: the rows stay apart either way
+        why = batching_defaults(load_recipe(None, raw=base_recipe("sft")).recipe, CPU)["padding_free"][1]
+        assert f"no padding computed; {keeps} attends within each row" in why, (kind, why)
     monkeypatch.setattr(cpu_paths, "cpu_kind", lambda cpuinfo=None: "avx512_bf16")
     cuda = DeviceInfo("cuda", bf16=True)
     assert batching() == {"padding_free": True}

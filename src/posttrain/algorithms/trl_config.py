@@ -59,11 +59,14 @@ def batching_defaults(recipe: Recipe, device) -> dict[str, tuple[object, str]]:
 
     Padding-free batches (each batch flattened into one row; the same rows per step as TRL's random
     batches, the same loss, no padding computed; tests/e2e/test_padding_free.py) wherever attention
-    can treat the flattened rows apart: CUDA with flash attention (varlen kernels), and a CPU with
-    posttrain's CPU attention (`models/cpu_attention.py`: the rows laid side by side; without it sdpa
-    would compute one dense mask over the whole flattened batch, no faster than padding). On a CPU
-    this replaces the micro-batch rule for SFT: one pass over 8 SmolLM2 rows of 79-202 tokens took
-    3.31 s flattened against 5.12 s as the rule's 8 one-row passes (benchmarks/cpu_training_step.py).
+    can treat the flattened rows apart: CUDA with flash attention (varlen kernels), and a CPU when the
+    recipe names no attention: posttrain's CPU attention (`models/cpu_attention.py`: the rows laid side
+    by side) where it runs, else transformers' sdpa or eager attention with its packed-sequence mask
+    from the position ids (one dense mask over the flattened batch; every family tested in
+    tests/models/test_fast_paths_every_family.py). Measured with sdpa on SmolLM2 + LoRA: 65 against 52
+    tokens/s padded on AVX2, 110 against 96 on AMX (docs: speed paths). On a CPU this replaces the
+    micro-batch rule for SFT: one pass over 8 SmolLM2 rows of 79-202 tokens took 3.31 s flattened
+    against 5.12 s as the rule's 8 one-row passes (benchmarks/cpu_training_step.py).
     Length grouping (`train_sampling_strategy: group_by_length`) was measured 1.2-1.3x faster on CPU
     (benchmarks/padding.py) and was the CPU default for an hour, until `make demo`'s SFT learned
     nothing with it (train loss 2.05 against 1.37, loose accuracy 0% against 61%: when length tracks
@@ -76,9 +79,10 @@ def batching_defaults(recipe: Recipe, device) -> dict[str, tuple[object, str]]:
     attention = recipe.model.attn_implementation or "sdpa"
     if device.kind == "cuda" and any(name in attention for name in VARLEN_ATTENTION):
         return {"padding_free": (True, f"cuda + {attention}: batches flattened, no padding computed, no cross-row attention")}
-    if cpu_attention_applies(recipe, device):
-        return {"padding_free": (True, "cpu: batches flattened into one row, no padding computed; "
-                                       "posttrain's CPU attention attends within each row")}
+    if device.kind == "cpu" and recipe.model.attn_implementation is None and not recipe.uses_images:
+        keeps = ("posttrain's CPU attention attends within each row" if cpu_attention_applies(recipe, device) else
+                 "the model's attention attends within each row (transformers' packed-sequence mask, from the position ids)")
+        return {"padding_free": (True, f"cpu: batches flattened into one row, no padding computed; {keeps}")}
     return {}
 
 
