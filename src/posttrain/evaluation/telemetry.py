@@ -166,8 +166,8 @@ def render_held_out(runs: list[RunMetrics]) -> list[str]:
         best = ((run.summary or {}).get("held_out") or {}).get("best")
         lines += ["", f"Best: step {best['step']} by {best['metric']} accuracy, saved in {best['path']}." if best else ""]
         if any(t.estimated for t in ticks):
-            lines.append("Training minutes marked ~ are estimated: the run predates time/train_s, so its wall time, held-out "
-                         "scoring left out, is spread evenly over its steps.")
+            lines.append("Training minutes marked ~ are estimated: the run predates time/train_s, so each is its mean step "
+                         "(run_summary.json's speed.step_s) times the step, plus what ran before training and RFT's rounds.")
         lines.append("")
     return lines
 
