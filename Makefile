@@ -141,7 +141,8 @@ grpo-real: $(GGUF_STAMP) $(REAL_MODEL)
 
 # Does RL add skill from an SFT plateau? SFT until the dev set stops improving, a pass@8 gate, then GRPO (correctness,
 # difficulty filter, refill) and RFT x 3 seeds and a more-SFT control, 1,500 test items (experiments/rl-from-plateau.yaml;
-# results in runs/experiments/rl-from-plateau). Estimated 2.7 h on 2 cores; resumable.
+# results in runs/experiments/rl-from-plateau). About 1.8 h on 2 cores (AMX Xeon, 2026-12-06: the stages of
+# benchmarks/results/rl_from_plateau/stages/, 2 lanes); resumable.
 rl-from-plateau: $(GGUF_STAMP) $(REAL_MODEL)
 	$(BIN)/posttrain experiment run experiments/rl-from-plateau.yaml
 
