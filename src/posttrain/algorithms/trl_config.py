@@ -64,7 +64,7 @@ def batching_defaults(recipe: Recipe, device) -> dict[str, tuple[object, str]]:
     by side) where it runs, else transformers' sdpa or eager attention with its packed-sequence mask
     from the position ids (one dense mask over the flattened batch; every family tested in
     tests/models/test_fast_paths_every_family.py). Measured with sdpa on SmolLM2 + LoRA: 65 against 52
-    tokens/s padded on AVX2, 110 against 96 on AMX (docs: speed paths). On a CPU this replaces the
+    tokens/s padded on AVX2, 110 against 95 on AMX (docs: speed paths). On a CPU this replaces the
     micro-batch rule for SFT: one pass over 8 SmolLM2 rows of 79-202 tokens took 3.31 s flattened
     against 5.12 s as the rule's 8 one-row passes (benchmarks/cpu_training_step.py).
     Length grouping (`train_sampling_strategy: group_by_length`) was measured 1.2-1.3x faster on CPU
