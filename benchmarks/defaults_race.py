@@ -84,8 +84,8 @@ CONTESTANTS = ("posttrain", "trl", "fairl")
 # --lora-probe adapts only TRL's LoRA targets; --padded keeps padded batches (no CPU micro-batch split)
 PROBE, PADDED, NODROP, PLAIN, TILES = "posttrain_qv", "posttrain_padded", "posttrain_nodrop", "posttrain_plain", "posttrain_tiles"
 UNFLAT = "posttrain_unflat"
-LOWMEM = "posttrain_lowmem"  # the documented low-memory setting (docs/guides/cpu-performance.md): one row a pass, checkpointing
-LOWMEM_SETTING = ("training", "per_device_train_batch_size: 1\n  gradient_accumulation_steps: 8\n  activation_checkpointing: true")
+LOWMEM = "posttrain_lowmem"  # the documented low-memory setting (docs/guides/cpu-performance.md): one row a pass, checkpointing, float32
+LOWMEM_SETTING = ("training", "per_device_train_batch_size: 1\n  gradient_accumulation_steps: 8\n  activation_checkpointing: true\n  bf16: false")
 SITES = {PLAIN: "without_cpu_passes", TILES: "with_trl_head", UNFLAT: "without_flat_scoring"}  # their sitecustomize switches a posttrain CPU path off
 VARIANTS = {PROBE: ("model", "lora_target_modules: [q_proj, v_proj]"), PADDED: ("training", "micro_batching: false"),
             NODROP: ("model", "lora_dropout: 0.0"), LOWMEM: LOWMEM_SETTING}
@@ -95,7 +95,7 @@ LABELS = {"posttrain": "posttrain", "trl": "TRL defaults", "fairl": "FAI-RL 0.2.
           PADDED: "posttrain, batches padded (SFT padding_free: false; micro_batching: false)", NODROP: "posttrain, LoRA dropout 0",
           PLAIN: "posttrain without its CPU attention (sdpa)",
           UNFLAT: "posttrain, GRPO scoring padded batches (no flattening)", TILES: "posttrain with TRL's LM-head tiles (no CPU blocks)",
-          LOWMEM: "posttrain, low-memory setting (batch 1 x 8 accumulated, activation checkpointing)"}
+          LOWMEM: "posttrain, low-memory setting (batch 1 x 8 accumulated, activation checkpointing, float32)"}
 SHORT = {"posttrain": "posttrain", "trl": "TRL", "fairl": "FAI-RL", PROBE: "posttrain (q, v)", PADDED: "posttrain padded",
          NODROP: "posttrain (no dropout)", PLAIN: "posttrain (plain passes)", UNFLAT: "posttrain (padded scoring)", TILES: "posttrain (TRL head)",
          LOWMEM: "posttrain (low memory)"}
@@ -553,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--without-cpu-passes", action="store_true", help="posttrain again with transformers' sdpa attention (without models/cpu_attention.py), to measure it")
     parser.add_argument("--without-flat-scoring", action="store_true", help="GRPO: posttrain again scoring padded batches as TRL does (without models/flat_batches.py), to measure the flattening")
     parser.add_argument("--trl-head", action="store_true", help="posttrain again with TRL's fused LM-head tiles on the CPU (without models/cpu_lm_head.py), to measure the blocks")
-    parser.add_argument("--low-memory", action="store_true", help="SFT and DPO: posttrain again with the documented low-memory setting (batch 1, 8 accumulated, activation checkpointing), to state its memory and its cost against FAI-RL's")
+    parser.add_argument("--low-memory", action="store_true", help="SFT and DPO: posttrain again with the documented low-memory setting (batch 1, 8 accumulated, activation checkpointing, float32), to state its memory and its cost against FAI-RL's")
     parser.add_argument("--without", nargs="+", default=[], choices=CONTESTANTS[1:], help="leave out peers (e.g. trl on an AVX2 CPU, where its bf16 default does not finish)")
     parser.add_argument("--out", type=Path, default=None, help="where the JSON goes (default: results/defaults_race[_real].json)")
     args = parser.parse_args(argv)
