@@ -17,9 +17,9 @@ training, with the starting policy:
    training.difficulty_filter's pass-rate band"), whose exit 2 names the key to raise.
 
 The report (printed, difficulty/report.json, run_summary.json's `difficulty`) counts kept and dropped prompts by
-pass-rate bucket, gives the scoring's seconds (kept with the cache, so a run that read the scores still reports what they
-cost; time-to-accuracy adds them to the run's), and sets pass@k (some sample passes) against greedy: pass@k - greedy is the headroom RL can reach
-(Yue et al. 2025: RLVR raises pass@1 inside the policy's pass@k). When sampling solves no prompt that greedy misses,
+pass-rate bucket, gives the scoring's seconds (kept with the cache, so a run that read the scores still reports
+what they cost; time to accuracy counts them) and sets pass@k (some sample passes) against greedy: pass@k - greedy
+is the headroom RL can reach (Yue et al. 2025: RLVR raises pass@1 inside the policy's pass@k). When sampling solves no prompt that greedy misses,
 the run stops with exit 2: RL would have nothing to reinforce.
 
 With several processes each scores rows[rank::world] and the scores are gathered to all, so every process keeps the
@@ -65,7 +65,7 @@ class Difficulty:
 
     def __init__(self, key: dict, scores: list[dict], cached: bool, seconds: float | None):
         self.key, self.scores, self.cached = key, scores, cached
-        self.seconds = seconds  # what scoring them took (read from key.json when cached; None from a cache written before it was kept)
+        self.seconds = seconds  # what scoring took (from key.json when cached; None in a cache from before it was kept)
         self.report: dict = {}
 
     def write(self, output_dir: Path, report: bool = True) -> None:
@@ -76,7 +76,8 @@ class Difficulty:
         (folder / "pass_rates.jsonl").write_text("".join(json.dumps(s) + "\n" for s in self.scores))
         if report:
             (folder / "report.json").write_text(json.dumps(self.report, indent=2) + "\n")
-        (folder / "key.json").write_text(json.dumps({**self.key, "seconds": self.seconds}, indent=2) + "\n")  # last: a cut-off write is never read as whole
+        # last: a cut-off write is never read as whole
+        (folder / "key.json").write_text(json.dumps({**self.key, "seconds": self.seconds}, indent=2) + "\n")
 
 
 def difficulty_filter(recipe, loaded, train_dataset, output_dir: Path, drops, log):
