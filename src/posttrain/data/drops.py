@@ -19,6 +19,7 @@ non-integer answer gone) and would call itself done.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from posttrain.errors import UserError
@@ -94,8 +95,6 @@ class DropLedger:
     def check(self) -> None:
         lines = self.over_limit()
         if lines:
-            import math
-
             needed = math.ceil(100 * max(self.lost_share(key) for key in self.stages) - 1e-9) / 100  # the largest loss, up to 0.01
             raise UserError(f"data.max_drop_fraction={self.limit:g}: {len(lines)} dataset(s) lost more of their rows than that, so "
                             "the run would train on what is left of them:\n" + "\n".join(f"  - {line}" for line in lines) +
