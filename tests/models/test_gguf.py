@@ -78,6 +78,27 @@ def test_converted_once_keyed_by_content(tiny_gguf, tmp_path, caplog):
     assert note and "dequantized from GGUF tiny-llama.Q8_0.gguf" in note[0] and "16 Q8_0, 5 F32" in note[0]
 
 
+def test_a_conversion_parses_the_header_once(tiny_gguf, tmp_path, monkeypatch):
+    """posttrain's header check and transformers' three loads (config, tokenizer, weights) share one parse:
+    a big vocabulary takes 16 s a parse (Gemma 3). Parses counted by the reader's constructor."""
+    import gguf
+
+    parses = []
+
+    class Counted(gguf.GGUFReader):
+        def __init__(self, path, mode="r"):
+            parses.append(path)
+            super().__init__(path, mode)
+
+    monkeypatch.setattr(gguf, "GGUFReader", Counted)
+    folder = resolve_gguf(str(tiny_gguf), cache=tmp_path / "cache")
+    assert len(parses) == 1
+    assert gguf.GGUFReader is Counted  # put back as it was
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(folder).config.num_hidden_layers > 0
+
+
 def test_a_folder_with_one_gguf_names_it_and_with_two_must_be_told(tiny_gguf, tmp_path):
     one = tmp_path / "one"
     one.mkdir()

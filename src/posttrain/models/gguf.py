@@ -37,6 +37,7 @@ import logging
 import os
 import shutil
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -213,13 +214,14 @@ def resolve_gguf(spec: str, cache: Path | None = None) -> Path:
             return entry
         for stale in entry.parent.glob(f".{entry.name}.partial-*"):
             shutil.rmtree(stale, ignore_errors=True)
-        info = inspect(path)
         from posttrain.storage.s3 import make_temp_dir
 
         tmp = make_temp_dir(entry.parent, f".{entry.name}.partial-")
         try:
-            log.info("dequantizing %s (%s; tensors: %s) to float32, once per machine", path.name, info.architecture, info.types_text())
-            versions = _convert(path, tmp, info)
+            with _header_read_once():
+                info = inspect(path)
+                log.info("dequantizing %s (%s; tensors: %s) to float32, once per machine", path.name, info.architecture, info.types_text())
+                versions = _convert(path, tmp, info)
             (tmp / SOURCE_FILE).write_text(json.dumps({
                 "kind": "gguf", "file": str(path), "architecture": info.architecture, "name": info.name,
                 "tensor_types": dict(info.tensor_types.most_common()), "converter_version": CONVERTER_VERSION, **versions,
@@ -230,6 +232,36 @@ def resolve_gguf(spec: str, cache: Path | None = None) -> Path:
             raise
     log.info("converted %s to %s", path.name, entry)
     return entry
+
+
+@contextmanager
+def _header_read_once():
+    """Within the block, every `gguf.GGUFReader` of one file is the first one made. A conversion reads the
+    header four times (posttrain's `inspect`, then transformers for the config, the tokenizer and the
+    weights: `load_gguf_checkpoint` imports the reader from `gguf` at each call), and gguf parses a
+    vocabulary entry by entry: 16 s a read for Gemma 3's 262,144 tokens. A reader opened read-only is
+    never written, so sharing it changes nothing; a transformers that imported the reader once at its own
+    import would only parse as often as before."""
+    try:
+        import gguf
+    except ImportError:  # `inspect` says how to install it
+        yield
+        return
+    original, readers = gguf.GGUFReader, {}
+
+    def reader(path, mode="r"):
+        if mode != "r":
+            return original(path, mode)
+        key = os.path.realpath(path)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
 
 
 def _convert(path: Path, out: Path, info: GGUFInfo) -> dict:
