@@ -200,13 +200,13 @@ def bench_model(spec: str, args, limits: dict) -> tuple[list[dict], dict]:
                 return m.generate(input_ids=i, attention_mask=a, generation_config=c)
         return fn
 
-    rollout_contestants = {"generate, as TRL calls it (train mode)": hf(policy, True), "generate, eval mode": hf(policy, False),
+    trl_bf16 = args.device == "cpu" and DeviceInfo.detect().bf16  # TRL's defaults train with bf16=True here: autocast
+    rollout_contestants = {"generate, as TRL calls it (train mode)": hf(policy, True),
+                           **({"generate, as TRL's bf16 default runs it (autocast)": hf(policy, True, autocast=True)} if trl_bf16 else {}),
+                           "generate, eval mode": hf(policy, False),
                            "generate with posttrain's inference weights": hf_with_weights(policy),
                            "posttrain's loop without its inference weights": ours(policy, weights=False),
                            "posttrain": ours(policy, trained_between=True)}
-    if args.device == "cpu" and DeviceInfo.detect().bf16:  # what TRL's defaults run here: bf16=True, so autocast
-        rollout_contestants = {"generate, as TRL calls it (train mode)": rollout_contestants.pop("generate, as TRL calls it (train mode)"),
-                               "generate, as TRL's bf16 default runs it (autocast)": hf(policy, True, autocast=True), **rollout_contestants}
     if args.device != "cpu" and _has("vllm"):
         rollout_contestants["vLLM (merged weights)"] = vllm_contestant(merged, tokenizer, ids, mask)
     rollout = run_setting("GRPO rollout (LoRA policy, sampled)", rollout_contestants, ids, mask, sampled, args.repeats, params,

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from posttrain.models.loading import DeviceInfo
+
 pytestmark = pytest.mark.e2e
 
 
@@ -22,8 +24,6 @@ def test_rollout_speed_toy(repo, tiny_dir, tmp_path):
     report = json.loads(out.read_text())
     assert report["limits"]["matmul_gflops"] > 0 and report["limits"]["read_gbs"] > 0
     rows = {(r["setting"].split(" (")[0], r["contestant"]): r for r in report["rows"]}
-    from posttrain.models.loading import DeviceInfo
-
     # on a CPU with native bf16, TRL's defaults generate under bf16 autocast: that way of running generate races too
     autocast = {("GRPO rollout", "generate, as TRL's bf16 default runs it (autocast)")} if DeviceInfo.detect().bf16 else set()
     assert set(rows) == autocast | {("GRPO rollout", "generate, as TRL calls it (train mode)"), ("GRPO rollout", "generate, eval mode"),
