@@ -31,7 +31,8 @@ so the work is equal and known), `--repeats` times, interleaved; the median coun
 the tokens generated. In the same run the machine's float32 matmul peak (a 2048^3 product) and
 memory read bandwidth (summing a 1 GiB tensor) are measured with the same threads, and each
 contestant's decode steps are put against them: the share of peak FLOP/s (2 x parameters per token)
-and of the bandwidth needed to read every weight once per decode step.
+and of the bandwidth needed to read every weight once per decode step (for the bf16 autocast contestant
+too: its shares are of the float32 limits, a yardstick, not its own).
 
 On a GPU (`--device cuda`) the weights are bf16 where the GPU has it, the limits are measured on the
 GPU (a bf16 matmul, a device-memory read), and when vllm is installed a fourth rollout contestant is

@@ -80,7 +80,7 @@ def test_converted_once_keyed_by_content(tiny_gguf, tmp_path, caplog):
 
 def test_a_conversion_parses_the_header_once(tiny_gguf, tmp_path, monkeypatch):
     """posttrain's header check and transformers' three loads (config, tokenizer, weights) share one parse:
-    a big vocabulary takes 16 s a parse (Gemma 3). Parses counted by the reader's constructor."""
+    a big vocabulary takes 12 s a parse (Gemma 3: benchmarks/results/gguf_convert.txt). Parses counted by the reader's constructor."""
     import gguf
 
     parses = []
